@@ -1,0 +1,121 @@
+"""The one-call forms of the kernel API: ``wrap_*`` (return a Decision), ``call_*`` (return the
+result or raise ExecutionHalted) and their coroutine versions. All of them are thin shells around
+``_begin`` and one settle of the node, so sync and async paths cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .config import DEFAULT_OPTIONS, WrapOptions
+from .context import current_node
+from .exceptions import ExecutionHalted
+from .reasons import Decision
+
+if TYPE_CHECKING:
+    from .graph import CallNode
+
+T = TypeVar("T")
+
+
+class CallAPI:
+    """Mixin of :class:`~veronica_mw.ExecutionContext`; see that class for the state it uses."""
+
+    if TYPE_CHECKING:
+
+        def _begin(self, kind: str, options: WrapOptions, key: Any, parent_id: int | None) -> CallNode | None: ...
+        def _fail(self, node: CallNode, exc: BaseException | None) -> None: ...
+        def _interrupt(self, node: CallNode) -> None: ...
+        def halted_error(self) -> ExecutionHalted: ...
+
+    # -- Decision-returning forms ------------------------------------------------------------------
+
+    def wrap_llm_call(self, fn: Callable[[], Any], options: WrapOptions | None = None) -> Decision:
+        """Run ``fn`` as one LLM step if every limit allows it; its result becomes the partial result."""
+        return self._wrap("llm", fn, options)
+
+    def wrap_tool_call(self, fn: Callable[[], Any], options: WrapOptions | None = None) -> Decision:
+        return self._wrap("tool", fn, options)
+
+    async def awrap_llm_call(self, fn: Callable[[], Any], options: WrapOptions | None = None) -> Decision:
+        """Like :meth:`wrap_llm_call`; ``fn`` may be async or return an awaitable, which is awaited."""
+        return await self._awrap("llm", fn, options)
+
+    async def awrap_tool_call(self, fn: Callable[[], Any], options: WrapOptions | None = None) -> Decision:
+        return await self._awrap("tool", fn, options)
+
+    # -- result-returning forms --------------------------------------------------------------------
+
+    def call_llm(self, fn: Callable[..., T], *args: Any, options: WrapOptions | None = None, **kwargs: Any) -> T:
+        """Return ``fn(*args, **kwargs)`` run as one LLM step; raise ExecutionHalted on HALT."""
+        return self._call("llm", fn, args, kwargs, options)  # type: ignore[no-any-return]
+
+    def call_tool(self, fn: Callable[..., T], *args: Any, options: WrapOptions | None = None, **kwargs: Any) -> T:
+        return self._call("tool", fn, args, kwargs, options)  # type: ignore[no-any-return]
+
+    async def acall_llm(self, fn: Callable[..., Any], *args: Any, options: WrapOptions | None = None, **kwargs: Any) -> Any:
+        return await self._acall("llm", fn, args, kwargs, options)
+
+    async def acall_tool(self, fn: Callable[..., Any], *args: Any, options: WrapOptions | None = None, **kwargs: Any) -> Any:
+        return await self._acall("tool", fn, args, kwargs, options)
+
+    # -- shared shells -----------------------------------------------------------------------------
+
+    def _wrap(self, kind: str, fn: Callable[[], Any], options: WrapOptions | None) -> Decision:
+        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None)
+        if node is None:
+            return Decision.HALT
+        return node.commit(self._run(node, fn, (), {}))
+
+    async def _awrap(self, kind: str, fn: Callable[[], Any], options: WrapOptions | None) -> Decision:
+        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None)
+        if node is None:
+            return Decision.HALT
+        return node.commit(await self._arun(node, fn, (), {}))
+
+    def _call(self, kind: str, fn: Callable[..., Any], args: Any, kwargs: Any, options: WrapOptions | None) -> Any:
+        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None)
+        if node is None:
+            raise self.halted_error()
+        result = self._run(node, fn, args, kwargs)
+        node.commit(result)
+        return result
+
+    async def _acall(self, kind: str, fn: Callable[..., Any], args: Any, kwargs: Any, options: WrapOptions | None) -> Any:
+        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None)
+        if node is None:
+            raise self.halted_error()
+        result = await self._arun(node, fn, args, kwargs)
+        node.commit(result)
+        return result
+
+    def _run(self, node: CallNode, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        token = current_node.set(node.node_id)
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            self._fail(node, exc)
+            raise
+        except BaseException:
+            self._interrupt(node)
+            raise
+        finally:
+            current_node.reset(token)
+
+    async def _arun(self, node: CallNode, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        token = current_node.set(node.node_id)
+        try:
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        except Exception as exc:
+            self._fail(node, exc)
+            raise
+        except BaseException:
+            self._interrupt(node)
+            raise
+        finally:
+            current_node.reset(token)

@@ -1,0 +1,63 @@
+"""Exceptions raised by veronica-mw.
+
+Exception tree::
+
+    RuntimeError
+    └── ExecutionHalted          a limit, policy, breaker, timeout or cancel stopped the run
+    ImportError
+    └── MissingFrameworkError    an adapter was imported without its framework installed
+
+``ExecutionHalted`` is a ``RuntimeError`` on purpose: LangGraph's default ``RetryPolicy`` does not
+retry RuntimeError, so a halt is never turned into more calls. Invalid limits raise the builtin
+``ValueError``/``TypeError`` at construction (G6).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .snapshot import ExecutionSnapshot
+
+
+class ExecutionHalted(RuntimeError):
+    """The execution context refused a call (or was stopped) and the run must end.
+
+    ``reason`` is one of the :class:`~veronica_mw.HaltReason` codes, ``snapshot`` the usage at the
+    moment of the halt, ``partial_result`` the latest result a wrapped call produced.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        snapshot: ExecutionSnapshot | None = None,
+        partial_result: Any = None,
+        detail: str = "",
+    ) -> None:
+        self.reason = reason
+        self.snapshot = snapshot
+        self.partial_result = partial_result
+        self.detail = detail
+        message = f"execution halted: {reason}"
+        super().__init__(f"{message} ({detail})" if detail else message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep the reason across pickling (process pools, multiprocessing queues).
+        return (type(self), (self.reason, self.snapshot, self.partial_result, self.detail))
+
+    @property
+    def retry_after_s(self) -> float | None:
+        """Seconds after which a retry could succeed, when the halt was caused by something transient."""
+        return self.snapshot.retry_after_s if self.snapshot is not None else None
+
+
+class MissingFrameworkError(ImportError):
+    """An adapter's framework is not installed; the message carries the ``pip install`` line."""
+
+    def __init__(self, framework: str, extra: str, cause: BaseException | None = None) -> None:
+        hint = f'pip install "veronica-mw[{extra}]"'
+        detail = f": {cause}" if cause is not None else ""
+        super().__init__(f"veronica_mw.adapters.{extra} needs {framework}{detail}. Install it with: {hint}")
+        self.framework = framework
+        self.extra = extra
+        self.install_hint = hint

@@ -1,0 +1,426 @@
+"""ExecutionContext: the chain-level containment boundary (G1–G3, G5) and its two-phase API.
+
+Every call goes through :meth:`ExecutionContext.begin_call`, which checks every limit and reserves
+one step plus the call's cost hint under one lock, then through exactly one settle of the returned
+:class:`~veronica_mw.graph.CallNode` (``commit``/``fail``/``release``). Pricing, policies, the circuit
+breaker and a parent budget are consulted outside that lock. Any halt is terminal: the reason is
+stored once in the context's cancellation token and every later call is refused before it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Hashable
+from contextvars import Token
+from types import TracebackType
+from typing import Any, Protocol
+
+from ._calls import CallAPI
+from ._validate import check_number
+from .cancellation import CancellationToken
+from .circuit_breaker import CircuitBreaker
+from .config import DEFAULT_OPTIONS, ExecutionConfig, WrapOptions
+from .context import current_context, current_node
+from .exceptions import ExecutionHalted
+from .graph import _UNSET, CallNode, ExecutionGraph
+from .policy import PolicyContext, PolicyPipeline
+from .pricing import TokenUsage, extract_usage, price_usage, usage_from_mapping
+from .reasons import Decision, HaltReason
+from .snapshot import ExecutionEvent, ExecutionSnapshot
+from .timeout_pool import SharedTimeoutPool, TimeoutHandle
+
+logger = logging.getLogger("veronica_mw")
+_EPSILON = 1e-9  # float sums of exact hints may land a hair over the ceiling
+
+
+class BudgetParent(Protocol):
+    """A budget above the context (e.g. a tenant pool): reserve before, settle after each call."""
+
+    def reserve(self, amount_usd: float) -> bool: ...
+
+    def settle(self, reserved_usd: float, actual_usd: float) -> None: ...
+
+    def retry_after_s(self) -> float | None: ...
+
+
+class ExecutionContext(CallAPI):
+    def __init__(
+        self,
+        config: ExecutionConfig,
+        pipeline: PolicyPipeline | None = None,
+        circuit_breaker: CircuitBreaker | None = None,
+        *,
+        budget_parent: BudgetParent | None = None,
+        graph_capacity: int = 10_000,
+        divergence_threshold: int = 25,
+        halt_on_divergence: bool = False,
+        timeout_pool: SharedTimeoutPool | None = None,
+    ) -> None:
+        if not isinstance(config, ExecutionConfig):
+            raise TypeError(f"config must be an ExecutionConfig, got {type(config).__name__}")
+        if pipeline is not None and not isinstance(pipeline, PolicyPipeline):
+            raise TypeError(f"pipeline must be a PolicyPipeline, got {type(pipeline).__name__}")
+        if circuit_breaker is not None and not callable(getattr(circuit_breaker, "check", None)):
+            raise TypeError("circuit_breaker must have check()/record_success()/record_failure()")
+        self.config = config
+        self.chain_id = secrets.token_hex(8)
+        self._pipeline = pipeline if pipeline else None
+        self._breaker = circuit_breaker
+        self._parent = budget_parent
+        self._lock = threading.Lock()
+        self._token = CancellationToken()
+        self._graph = ExecutionGraph(graph_capacity, divergence_threshold)
+        self._halt_on_divergence = halt_on_divergence
+        self._steps = 0
+        self._committed = 0.0
+        self._reserved = 0.0
+        self._retries = 0
+        self._in_flight = 0
+        self._partial: Any = None
+        self._retry_after: float | None = None
+        self._events: deque[ExecutionEvent] = deque(maxlen=256)
+        self._open_keys: dict[Hashable, CallNode] = {}
+        self._pool = timeout_pool
+        self._timer: TimeoutHandle | None = None
+        self._var_tokens: list[Token[ExecutionContext | None]] = []
+        self._armed = False
+        self._started = time.monotonic()
+        self._deadline = self._started + config.timeout_ms / 1000.0 if config.timeout_ms else 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def __enter__(self) -> ExecutionContext:
+        if not self._armed:
+            # The deadline counts from the first entry, not from construction.
+            self._armed = True
+            self._started = time.monotonic()
+            if self._deadline:
+                self._deadline = self._started + self.config.timeout_ms / 1000.0
+                pool = self._pool or SharedTimeoutPool.default()
+                self._timer = pool.schedule(self._deadline, self._on_deadline)
+        self._var_tokens.append(current_context.set(self))
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        current_context.reset(self._var_tokens.pop())
+        if not self._var_tokens and self._timer is not None:
+            (self._pool or SharedTimeoutPool.default()).cancel(self._timer)
+            self._timer = None
+
+    async def __aenter__(self) -> ExecutionContext:
+        return self.__enter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def aborted(self) -> bool:
+        return self._token.reason is not None
+
+    @property
+    def abort_reason(self) -> str | None:
+        return self._token.reason
+
+    @property
+    def cancellation_token(self) -> CancellationToken:
+        return self._token
+
+    @property
+    def graph(self) -> ExecutionGraph:
+        return self._graph
+
+    def get_partial_result(self) -> Any:
+        return self._partial
+
+    def get_events(self) -> list[ExecutionEvent]:
+        return list(self._events)
+
+    def get_snapshot(self) -> ExecutionSnapshot:
+        with self._lock:
+            steps, committed, reserved = self._steps, self._committed, self._reserved
+            retries, in_flight = self._retries, self._in_flight
+        token = self._token
+        return ExecutionSnapshot(
+            step_count=steps,
+            cost_usd_accumulated=committed,
+            cost_usd_reserved=reserved,
+            retries_used=retries,
+            in_flight=in_flight,
+            aborted=token.reason is not None,
+            abort_reason=token.reason,
+            abort_detail=token.detail,
+            elapsed_ms=(time.monotonic() - self._started) * 1000.0,
+            chain_id=self.chain_id,
+            config=self.config,
+            retry_after_s=self._retry_after,
+            events=tuple(self._events),
+        )
+
+    def halted_error(self) -> ExecutionHalted:
+        """The exception describing this context's halt (reason, snapshot, partial result)."""
+        return ExecutionHalted(
+            self._token.reason or HaltReason.CANCELLED.value,
+            self.get_snapshot(),
+            self._partial,
+            self._token.detail,
+        )
+
+    def check(self) -> None:
+        """Raise :class:`ExecutionHalted` if this context has halted (takes no step)."""
+        if self._token.reason is None and self._deadline and time.monotonic() >= self._deadline:
+            self._on_deadline()
+        if self._token.reason is not None:
+            raise self.halted_error()
+
+    def cancel(self, detail: str = "") -> None:
+        """Halt with reason ``cancelled``; ``detail`` goes to the log."""
+        if detail:
+            logger.info("veronica_mw: context %s cancelled: %s", self.chain_id, detail)
+        self._abort(HaltReason.CANCELLED, detail)
+
+    def add_event(self, kind: str, detail: str, **data: Any) -> None:
+        self._events.append(ExecutionEvent(kind, detail, data))
+        logger.info("veronica_mw: %s in context %s: %s", kind, self.chain_id, detail)
+
+    def _abort(self, reason: HaltReason, detail: str = "", retry_after: float | None = None) -> None:
+        if self._token.reason is None and retry_after is not None:
+            self._retry_after = retry_after
+        if self._token.cancel(reason.value, detail):
+            logger.debug("veronica_mw: context %s halted: %s %s", self.chain_id, reason.value, detail)
+
+    def _on_deadline(self) -> None:
+        self._abort(HaltReason.TIMEOUT, f"timeout_ms={self.config.timeout_ms:g} elapsed")
+
+    # -- two-phase API ---------------------------------------------------------------------------
+
+    def begin_call(
+        self,
+        kind: str,
+        options: WrapOptions | None = None,
+        *,
+        key: Hashable | None = None,
+        parent_id: int | None = None,
+    ) -> CallNode:
+        """Reserve one step (and the cost hint) for a call about to run, or raise ExecutionHalted.
+
+        ``key`` identifies the call across several hooks that all see it (e.g. a LangChain run
+        id): while a node with that key is open, the same node is returned and nothing is counted
+        twice.
+        """
+        node = self._begin(kind, options or DEFAULT_OPTIONS, key, parent_id)
+        if node is None:
+            raise self.halted_error()
+        return node
+
+    def record_retry(self, exc: BaseException | None = None) -> bool:
+        """Draw one retry from the chain-wide budget; False (and halt) when it is spent."""
+        with self._lock:
+            if self._retries < self.config.max_retries_total:
+                self._retries += 1
+                return True
+        name = type(exc).__name__ if exc is not None else "failure"
+        self._abort(HaltReason.RETRY_LIMIT, f"{name} after {self.config.max_retries_total} retries")
+        return False
+
+    def _begin(
+        self, kind: str, options: WrapOptions, key: Hashable | None, parent_id: int | None
+    ) -> CallNode | None:
+        if kind != "llm" and kind != "tool":
+            raise ValueError(f"kind must be 'llm' or 'tool', got {kind!r}")
+        if self._token.reason is not None:
+            return None
+        if self._deadline and time.monotonic() >= self._deadline:
+            self._on_deadline()
+            return None
+        hint = options.cost_estimate_hint
+        name = options.operation_name or kind
+        config = self.config
+        if self._pipeline is not None:
+            decision = self._pipeline.evaluate(
+                PolicyContext(
+                    cost_usd=self._committed,
+                    step_count=self._steps,
+                    retries_used=self._retries,
+                    cost_estimate_usd=hint,
+                    kind=kind,
+                    operation_name=name,
+                    chain_id=self.chain_id,
+                )
+            )
+            if not decision.allowed:
+                wait = decision.rate_limit_ms / 1000.0 if decision.rate_limit_ms else None
+                self._abort(HaltReason.POLICY_DENIED, f"{decision.policy_type}: {decision.reason}", wait)
+                return None
+        halt: HaltReason | None = None
+        repeats = 0
+        with self._lock:
+            if key is not None:
+                existing = self._open_keys.get(key)
+                if existing is not None:
+                    return existing
+            if self._token.reason is not None:
+                return None
+            if self._steps >= config.max_steps:
+                halt = HaltReason.STEP_LIMIT
+            elif (kind == "llm" or hint > 0.0) and (
+                self._committed + self._reserved + hint > config.max_cost_usd
+                or (kind == "llm" and self._committed >= config.max_cost_usd)
+            ):
+                halt = HaltReason.BUDGET_EXCEEDED
+            else:
+                self._steps += 1
+                self._reserved += hint
+                self._in_flight += 1
+                node, repeats = self._graph.add(kind, name, parent_id if parent_id is not None else current_node.get())
+                node._ctx = self
+                node._options = options
+                node.reserved_usd = hint
+                node.model = options.model
+                if key is not None:
+                    node.key = key
+                    self._open_keys[key] = node
+        if halt is not None:
+            self._abort(halt, self._limit_detail(halt, hint))
+            return None
+        if repeats and repeats == self._graph.divergence_threshold and self._diverged(node):
+            return None
+        breaker = self._breaker
+        if breaker is not None:
+            decision = breaker.check(None)
+            if not decision.allowed:
+                self._close(node, "refused", 0.0, refund_step=True)
+                wait = decision.rate_limit_ms / 1000.0 if decision.rate_limit_ms else None
+                self._abort(HaltReason.CIRCUIT_OPEN, decision.reason, wait)
+                return None
+            node._probe = True
+        parent = self._parent
+        if parent is not None:
+            if not parent.reserve(hint):
+                self._close(node, "refused", 0.0, refund_step=True)
+                self._abort(HaltReason.BUDGET_EXCEEDED, "parent budget exhausted", parent.retry_after_s())
+                return None
+            node._held = True
+        return node
+
+    def _limit_detail(self, reason: HaltReason, hint: float) -> str:
+        config = self.config
+        if reason is HaltReason.STEP_LIMIT:
+            return f"max_steps={config.max_steps} reached"
+        return f"cost {self._committed:.6f} + reserved {self._reserved:.6f} + {hint:g} > {config.max_cost_usd:g}"
+
+    def _diverged(self, node: CallNode) -> bool:
+        detail = f"{node.kind}:{node.name} repeated {self._graph.divergence_threshold} times in a row"
+        self.add_event("divergence", detail, kind=node.kind, name=node.name)
+        if not self._halt_on_divergence:
+            return False
+        self._close(node, "refused", 0.0, refund_step=True)
+        self._abort(HaltReason.POLICY_DENIED, f"divergence: {detail}")
+        return True
+
+    def _close(self, node: CallNode, status: str, cost: float, *, refund_step: bool = False, result: Any = _UNSET) -> bool:
+        """Settle ``node`` under the lock; return whether the committed cost is now past the ceiling.
+
+        Also gives back a parent reservation and a half-open probe slot for calls that never ran.
+        """
+        with self._lock:
+            if node.status != "running":
+                return False
+            if node.key is not None:
+                self._open_keys.pop(node.key, None)
+            self._reserved -= node.reserved_usd
+            self._in_flight -= 1
+            self._committed += cost
+            if refund_step:
+                self._steps -= 1
+            node.cost_usd = cost
+            self._graph.finish(node, status)
+            if result is not _UNSET:
+                self._partial = result
+            over = self._committed > self.config.max_cost_usd + _EPSILON
+        node._ctx = None
+        if node._held:
+            self._parent.settle(node.reserved_usd, cost)  # type: ignore[union-attr]
+        if refund_step and node._probe:
+            self._breaker.release_probe()  # type: ignore[union-attr]
+        return over
+
+    def _commit(
+        self, node: CallNode, result: Any, cost_usd: float | None, usage: TokenUsage | Any, model: str | None
+    ) -> Decision:
+        if node.status != "running":
+            return Decision.HALT if self._token.reason is not None else Decision.ALLOW
+        cost = self._actual_cost(node, result, cost_usd, usage, model)
+        over = self._close(node, "ok", cost, result=result)
+        if node._probe:
+            self._breaker.record_success()  # type: ignore[union-attr]
+        if over:
+            self._abort(
+                HaltReason.BUDGET_EXCEEDED,
+                f"actual cost took the total to {self._committed:.6f} > {self.config.max_cost_usd:g}",
+            )
+        return Decision.HALT if self._token.reason is not None else Decision.ALLOW
+
+    def _actual_cost(
+        self, node: CallNode, result: Any, cost_usd: float | None, usage: TokenUsage | Any, model: str | None
+    ) -> float:
+        options: WrapOptions = node._options
+        if cost_usd is not None:
+            return check_number("cost_usd", cost_usd)
+        if options.cost_fn is not None:
+            try:
+                return check_number("cost_fn(result)", options.cost_fn(None if result is _UNSET else result))
+            except Exception as exc:  # a broken cost_fn must not lose the reservation
+                self.add_event("cost_fn_failed", f"{type(exc).__name__}: {exc}; reserved hint kept")
+                return node.reserved_usd
+        tokens = usage_from_mapping(usage) if usage is not None else None
+        model = model or options.model
+        if tokens is None and result is not _UNSET:
+            tokens, found_model = extract_usage(result)
+            model = model or found_model
+        if tokens is None:
+            return node.reserved_usd
+        node.tokens_in, node.tokens_out = tokens.input_tokens, tokens.output_tokens
+        if model:
+            node.model = model
+            try:
+                return price_usage(tokens, model, options.provider)
+            except LookupError as exc:
+                self.add_event("unpriced", f"{exc}; reserved hint kept", model=model)
+                return node.reserved_usd
+        self.add_event("unpriced", "usage reported without a model name; reserved hint kept")
+        return node.reserved_usd
+
+    def _fail(self, node: CallNode, exc: BaseException | None) -> None:
+        if isinstance(exc, ExecutionHalted):
+            # Halted inside (a nested wrap or an adapter): the call did run, but it is no failure.
+            self._close(node, "halted", node.reserved_usd)
+            return
+        if node.status != "running":
+            return
+        self._close(node, "error", 0.0)
+        if node._probe:
+            self._breaker.record_failure()  # type: ignore[union-attr]
+        if exc is not None:
+            try:
+                exc.__veronica_recorded__ = self.chain_id  # type: ignore[attr-defined]
+            except (AttributeError, TypeError):
+                pass
+        self.record_retry(exc)
+
+    def _release(self, node: CallNode, status: str) -> None:
+        self._close(node, status, 0.0, refund_step=True)
+
+    def _interrupt(self, node: CallNode) -> None:
+        # Cancelled mid-call (asyncio.CancelledError, KeyboardInterrupt): the call may have cost
+        # money, so the reservation is kept as spent rather than given back.
+        self._close(node, "interrupted", node.reserved_usd)

@@ -1,0 +1,171 @@
+"""Call graph of a context: one node per LLM/tool call, with bounded memory.
+
+The most recent ``capacity`` nodes are kept in a ring buffer; older ones only survive in the
+per-(kind, status) aggregates, so a context making a million calls holds at most ``capacity``
+node objects. Mutated only under the owning context's lock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .reasons import Decision
+
+if TYPE_CHECKING:
+    from .execution import ExecutionContext
+    from .pricing import TokenUsage
+
+_UNSET: Any = object()
+
+
+class CallNode:
+    """One call in the graph, and the handle of the two-phase API.
+
+    ``ctx.begin_call(...)`` returns it; exactly one of :meth:`commit`, :meth:`fail` or
+    :meth:`release` settles it (later ones are no-ops, so several hooks may report one call).
+    """
+
+    __slots__ = (
+        "node_id",
+        "kind",
+        "name",
+        "parent_id",
+        "started",
+        "ended",
+        "cost_usd",
+        "tokens_in",
+        "tokens_out",
+        "status",
+        "model",
+        "reserved_usd",
+        "key",
+        "_ctx",
+        "_options",
+        "_probe",
+        "_held",
+    )
+
+    def __init__(self, node_id: int, kind: str, name: str, parent_id: int | None) -> None:
+        self.node_id = node_id
+        self.kind = kind
+        self.name = name
+        self.parent_id = parent_id
+        self.started = time.monotonic()
+        self.ended = 0.0
+        self.cost_usd = 0.0
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.status = "running"
+        self.model: str | None = None
+        self.reserved_usd = 0.0
+        self.key: Any = None
+        self._ctx: ExecutionContext | None = None
+        self._options: Any = None
+        self._probe = False
+        self._held = False
+
+    @property
+    def settled(self) -> bool:
+        return self.status != "running"
+
+    @property
+    def duration_ms(self) -> float:
+        return ((self.ended or time.monotonic()) - self.started) * 1000.0
+
+    def commit(
+        self,
+        result: Any = _UNSET,
+        *,
+        cost_usd: float | None = None,
+        usage: TokenUsage | Any = None,
+        model: str | None = None,
+    ) -> Decision:
+        """The call succeeded: commit its actual cost (explicit, from ``usage``, from ``result``,
+        else the reserved hint). Returns HALT when this cost took the context past a limit."""
+        ctx = self._ctx
+        if ctx is None:
+            return Decision.ALLOW
+        return ctx._commit(self, result, cost_usd, usage, model)
+
+    def fail(self, exc: BaseException | None = None) -> None:
+        """The call raised: record it and draw one retry from the chain-wide budget."""
+        ctx = self._ctx
+        if ctx is not None:
+            ctx._fail(self, exc)
+
+    def release(self) -> None:
+        """The call never ran: give back its step and reservation."""
+        ctx = self._ctx
+        if ctx is not None:
+            ctx._release(self, "released")
+
+    def __repr__(self) -> str:
+        return f"<CallNode {self.node_id} {self.kind}:{self.name} {self.status} ${self.cost_usd:.6f}>"
+
+
+@dataclass(slots=True)
+class Aggregate:
+    count: int = 0
+    cost_usd: float = 0.0
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+
+class ExecutionGraph:
+    __slots__ = (
+        "capacity",
+        "_nodes",
+        "_aggregates",
+        "_next_id",
+        "total_nodes",
+        "divergence_threshold",
+        "_last_signature",
+        "_repeats",
+    )
+
+    def __init__(self, capacity: int = 10_000, divergence_threshold: int = 0) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.capacity = capacity
+        self._nodes: deque[CallNode] = deque(maxlen=capacity)
+        self._aggregates: dict[tuple[str, str], Aggregate] = {}
+        self._next_id = 0
+        self.total_nodes = 0
+        self.divergence_threshold = divergence_threshold
+        self._last_signature: tuple[str, str] | None = None
+        self._repeats = 0
+
+    def add(self, kind: str, name: str, parent_id: int | None) -> tuple[CallNode, int]:
+        """Append a running node; return it with how many times in a row its signature repeated."""
+        self._next_id += 1
+        node = CallNode(self._next_id, kind, name, parent_id)
+        self._nodes.append(node)
+        self.total_nodes += 1
+        signature = (kind, name)
+        if signature == self._last_signature:
+            self._repeats += 1
+        else:
+            self._last_signature = signature
+            self._repeats = 1
+        return node, self._repeats
+
+    def finish(self, node: CallNode, status: str) -> None:
+        node.status = status
+        node.ended = time.monotonic()
+        agg = self._aggregates.get((node.kind, status))
+        if agg is None:
+            agg = self._aggregates[(node.kind, status)] = Aggregate()
+        agg.count += 1
+        agg.cost_usd += node.cost_usd
+        agg.tokens_in += node.tokens_in
+        agg.tokens_out += node.tokens_out
+
+    def nodes(self) -> list[CallNode]:
+        """The most recent nodes (at most ``capacity``), oldest first."""
+        return list(self._nodes)
+
+    def aggregates(self) -> dict[tuple[str, str], Aggregate]:
+        return {key: Aggregate(a.count, a.cost_usd, a.tokens_in, a.tokens_out) for key, a in self._aggregates.items()}

@@ -1,0 +1,118 @@
+"""Usage extraction from LLM responses and offline pricing with genai-prices.
+
+Resolving a model name is the expensive part of a lookup, so the resolved (provider, model) pair is
+cached per ``(provider, model)`` key, misses included. Pricing never runs under a context's lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        return 0
+    return int(value)
+
+
+def usage_from_mapping(raw: Any) -> TokenUsage | None:
+    """Read OpenAI (prompt/completion), Anthropic and LangChain (input/output) token counts."""
+    if raw is None:
+        return None
+    if isinstance(raw, TokenUsage):
+        return raw
+    inp = _get(raw, "input_tokens")
+    if inp is None:
+        inp = _get(raw, "prompt_tokens")
+    out = _get(raw, "output_tokens")
+    if out is None:
+        out = _get(raw, "completion_tokens")
+    if inp is None and out is None:
+        return None
+    cache_read = _get(raw, "cache_read_input_tokens")
+    cache_write = _get(raw, "cache_creation_input_tokens")
+    details = _get(raw, "input_token_details")  # LangChain UsageMetadata
+    if details is not None:
+        cache_read = cache_read or _get(details, "cache_read")
+        cache_write = cache_write or _get(details, "cache_creation")
+    prompt_details = _get(raw, "prompt_tokens_details")  # OpenAI chat completions
+    if prompt_details is not None and cache_read is None:
+        cache_read = _get(prompt_details, "cached_tokens")
+    return TokenUsage(_int(inp), _int(out), _int(cache_read), _int(cache_write))
+
+
+def extract_usage(result: Any) -> tuple[TokenUsage | None, str | None]:
+    """Find token usage and the model name in a response object or dict, if it carries them."""
+    if result is None or isinstance(result, (str, bytes, int, float, bool)):
+        return None, None
+    usage: TokenUsage | None = None
+    model: Any = None
+    meta = _get(result, "usage_metadata")  # LangChain AIMessage
+    if meta:
+        usage = usage_from_mapping(meta)
+        response_metadata = _get(result, "response_metadata")
+        if response_metadata:
+            model = _get(response_metadata, "model_name") or _get(response_metadata, "model")
+    if usage is None:
+        raw = _get(result, "usage")
+        usage = usage_from_mapping(raw) if raw is not None else usage_from_mapping(result)
+    if model is None:
+        model = _get(result, "model") or _get(result, "model_name")
+    return usage, model if isinstance(model, str) and model else None
+
+
+_cache_lock = threading.Lock()
+_resolved: dict[tuple[str | None, str], Any] = {}
+
+
+def _resolve(model: str, provider: str | None) -> Any:
+    key = (provider, model)
+    hit = _resolved.get(key, _MISSING)
+    if hit is _MISSING:
+        from genai_prices import data_snapshot
+
+        try:
+            hit = data_snapshot.get_snapshot().find_provider_model(model, None, provider, None)
+        except LookupError as exc:
+            hit = exc
+        with _cache_lock:
+            _resolved[key] = hit
+    if isinstance(hit, LookupError):
+        raise LookupError(f"no price known for model {model!r} (provider {provider!r}): {hit}")
+    return hit
+
+
+def price_usage(usage: TokenUsage, model: str, provider: str | None = None) -> float:
+    """Price ``usage`` for ``model``; raises ``LookupError`` when the model is unknown."""
+    from genai_prices import Usage
+
+    provider_info, model_info = _resolve(model, provider)
+    calc = model_info.calc_price(
+        Usage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+        ),
+        provider_info,
+    )
+    return float(calc.total_price)

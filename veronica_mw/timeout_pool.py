@@ -1,0 +1,119 @@
+"""One daemon thread that fires every context's wall-clock deadline (G5)."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+logger = logging.getLogger("veronica_mw")
+
+
+class TimeoutHandle:
+    __slots__ = ("deadline", "callback", "active")
+
+    def __init__(self, deadline: float, callback: Callable[[], object]) -> None:
+        self.deadline = deadline
+        self.callback = callback
+        self.active = True
+
+
+class SharedTimeoutPool:
+    """A heap of (deadline, callback) served by a single lazily started daemon thread.
+
+    Scheduling and the worker's wait share one condition variable, so a deadline earlier than the
+    one being waited for always wakes the worker (no lost wake-ups). Cancelled entries are dropped
+    lazily and the heap is compacted when they dominate, so exited contexts do not pile up.
+    """
+
+    _default: SharedTimeoutPool | None = None
+    _default_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, TimeoutHandle]] = []
+        self._seq = itertools.count()
+        self._dead = 0
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def default(cls) -> SharedTimeoutPool:
+        pool = cls._default
+        if pool is None:
+            with cls._default_lock:
+                if cls._default is None:
+                    cls._default = cls()
+                pool = cls._default
+        return pool
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._heap) - self._dead
+
+    def schedule(self, deadline: float, callback: Callable[[], object]) -> TimeoutHandle:
+        """Call ``callback`` once ``time.monotonic()`` reaches ``deadline``."""
+        handle = TimeoutHandle(deadline, callback)
+        with self._cond:
+            heapq.heappush(self._heap, (deadline, next(self._seq), handle))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="veronica-timeouts", daemon=True)
+                self._thread.start()
+            elif self._heap[0][2] is handle:
+                self._cond.notify()
+        return handle
+
+    def cancel(self, handle: TimeoutHandle) -> None:
+        with self._cond:
+            if not handle.active:
+                return
+            handle.active = False
+            self._dead += 1
+            if self._dead > 256 and self._dead * 2 > len(self._heap):
+                self._heap = [item for item in self._heap if item[2].active]
+                heapq.heapify(self._heap)
+                self._dead = 0
+
+    def _run(self) -> None:
+        heap = self._heap
+        with self._cond:
+            while True:
+                heap = self._heap
+                while heap and not heap[0][2].active:
+                    heapq.heappop(heap)
+                    self._dead -= 1
+                if not heap:
+                    self._cond.wait()
+                    continue
+                wait = heap[0][0] - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                handle = heapq.heappop(heap)[2]
+                handle.active = False
+                self._cond.release()
+                try:
+                    handle.callback()
+                except Exception:
+                    logger.exception("veronica_mw: timeout callback failed")
+                finally:
+                    self._cond.acquire()
+
+    def _after_fork(self) -> None:
+        # The worker thread does not survive fork(); the child starts its own on first use.
+        self._cond = threading.Condition(threading.Lock())
+        self._heap = []
+        self._dead = 0
+        self._thread = None
+
+
+def _reset_default_after_fork() -> None:
+    if SharedTimeoutPool._default is not None:
+        SharedTimeoutPool._default._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_default_after_fork)
