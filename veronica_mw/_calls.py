@@ -23,9 +23,13 @@ T = TypeVar("T")
 class CallAPI:
     """Mixin of :class:`~veronica_mw.ExecutionContext`; see that class for the state it uses."""
 
+    __slots__ = ()
+
     if TYPE_CHECKING:
 
-        def _begin(self, kind: str, options: WrapOptions, key: Any, parent_id: int | None) -> CallNode | None: ...
+        def _begin(
+            self, kind: str, options: WrapOptions, key: Any, parent_id: int | None
+        ) -> CallNode | None: ...
         def _fail(self, node: CallNode, exc: BaseException | None) -> None: ...
         def _interrupt(self, node: CallNode) -> None: ...
         def halted_error(self) -> ExecutionHalted: ...
@@ -48,17 +52,25 @@ class CallAPI:
 
     # -- result-returning forms --------------------------------------------------------------------
 
-    def call_llm(self, fn: Callable[..., T], *args: Any, options: WrapOptions | None = None, **kwargs: Any) -> T:
+    def call_llm(
+        self, fn: Callable[..., T], *args: Any, options: WrapOptions | None = None, **kwargs: Any
+    ) -> T:
         """Return ``fn(*args, **kwargs)`` run as one LLM step; raise ExecutionHalted on HALT."""
         return self._call("llm", fn, args, kwargs, options)  # type: ignore[no-any-return]
 
-    def call_tool(self, fn: Callable[..., T], *args: Any, options: WrapOptions | None = None, **kwargs: Any) -> T:
+    def call_tool(
+        self, fn: Callable[..., T], *args: Any, options: WrapOptions | None = None, **kwargs: Any
+    ) -> T:
         return self._call("tool", fn, args, kwargs, options)  # type: ignore[no-any-return]
 
-    async def acall_llm(self, fn: Callable[..., Any], *args: Any, options: WrapOptions | None = None, **kwargs: Any) -> Any:
+    async def acall_llm(
+        self, fn: Callable[..., Any], *args: Any, options: WrapOptions | None = None, **kwargs: Any
+    ) -> Any:
         return await self._acall("llm", fn, args, kwargs, options)
 
-    async def acall_tool(self, fn: Callable[..., Any], *args: Any, options: WrapOptions | None = None, **kwargs: Any) -> Any:
+    async def acall_tool(
+        self, fn: Callable[..., Any], *args: Any, options: WrapOptions | None = None, **kwargs: Any
+    ) -> Any:
         return await self._acall("tool", fn, args, kwargs, options)
 
     # -- shared shells -----------------------------------------------------------------------------
@@ -75,7 +87,9 @@ class CallAPI:
             return Decision.HALT
         return node.commit(await self._arun(node, fn, (), {}))
 
-    def _call(self, kind: str, fn: Callable[..., Any], args: Any, kwargs: Any, options: WrapOptions | None) -> Any:
+    def _call(
+        self, kind: str, fn: Callable[..., Any], args: Any, kwargs: Any, options: WrapOptions | None
+    ) -> Any:
         node = self._begin(kind, options or DEFAULT_OPTIONS, None, None)
         if node is None:
             raise self.halted_error()
@@ -83,7 +97,9 @@ class CallAPI:
         node.commit(result)
         return result
 
-    async def _acall(self, kind: str, fn: Callable[..., Any], args: Any, kwargs: Any, options: WrapOptions | None) -> Any:
+    async def _acall(
+        self, kind: str, fn: Callable[..., Any], args: Any, kwargs: Any, options: WrapOptions | None
+    ) -> Any:
         node = self._begin(kind, options or DEFAULT_OPTIONS, None, None)
         if node is None:
             raise self.halted_error()

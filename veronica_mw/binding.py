@@ -17,7 +17,9 @@ class ContextBinding:
 
     __slots__ = ("_explicit", "_config", "_owned", "_lock")
 
-    def __init__(self, context: ExecutionContext | None = None, config: ExecutionConfig | None = None) -> None:
+    def __init__(
+        self, context: ExecutionContext | None = None, config: ExecutionConfig | None = None
+    ) -> None:
         if context is not None and not isinstance(context, ExecutionContext):
             raise TypeError(f"context must be an ExecutionContext, got {type(context).__name__}")
         if config is not None and not isinstance(config, ExecutionConfig):

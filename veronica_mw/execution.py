@@ -10,6 +10,8 @@ stored once in the context's cancellation token and every later call is refused 
 from __future__ import annotations
 
 import logging
+import itertools
+import os
 import secrets
 import threading
 import time
@@ -36,6 +38,21 @@ from .timeout_pool import SharedTimeoutPool, TimeoutHandle
 logger = logging.getLogger("veronica_mw")
 _EPSILON = 1e-9  # float sums of exact hints may land a hair over the ceiling
 
+# chain ids: a random per-process prefix plus a counter. os.urandom per context costs several µs
+# on some kernels; this is unique per context and, with the prefix, across processes.
+_chain_prefix = secrets.token_hex(6)
+_chain_counter = itertools.count(1)
+
+
+def _new_chain_prefix() -> None:
+    global _chain_prefix, _chain_counter
+    _chain_prefix = secrets.token_hex(6)
+    _chain_counter = itertools.count(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_chain_prefix)
+
 
 class BudgetParent(Protocol):
     """A budget above the context (e.g. a tenant pool): reserve before, settle after each call."""
@@ -48,6 +65,40 @@ class BudgetParent(Protocol):
 
 
 class ExecutionContext(CallAPI):
+    """One agent run, request or session: every call through it is checked against its limits.
+
+    Usable as ``with``/``async with`` (sets the current context and arms the timeout) or handed
+    around un-entered. Thread- and task-safe; one lock guards the counters.
+    """
+
+    __slots__ = (
+        "config",
+        "chain_id",
+        "_pipeline",
+        "_breaker",
+        "_parent",
+        "_lock",
+        "_token",
+        "_graph",
+        "_halt_on_divergence",
+        "_steps",
+        "_committed",
+        "_reserved",
+        "_retries",
+        "_in_flight",
+        "_partial",
+        "_retry_after",
+        "_events",
+        "_open_keys",
+        "_pool",
+        "_timer",
+        "_var_tokens",
+        "_armed",
+        "_started",
+        "_deadline",
+        "__weakref__",
+    )
+
     def __init__(
         self,
         config: ExecutionConfig,
@@ -67,7 +118,7 @@ class ExecutionContext(CallAPI):
         if circuit_breaker is not None and not callable(getattr(circuit_breaker, "check", None)):
             raise TypeError("circuit_breaker must have check()/record_success()/record_failure()")
         self.config = config
-        self.chain_id = secrets.token_hex(8)
+        self.chain_id = f"{_chain_prefix}-{next(_chain_counter):x}"
         self._pipeline = pipeline if pipeline else None
         self._breaker = circuit_breaker
         self._parent = budget_parent
@@ -273,15 +324,17 @@ class ExecutionContext(CallAPI):
             if self._steps >= config.max_steps:
                 halt = HaltReason.STEP_LIMIT
             elif (kind == "llm" or hint > 0.0) and (
-                self._committed + self._reserved + hint > config.max_cost_usd
-                or (kind == "llm" and self._committed >= config.max_cost_usd)
+                self._committed + self._reserved + hint > config.max_cost_usd + _EPSILON
+                or (kind == "llm" and self._committed + _EPSILON >= config.max_cost_usd)
             ):
                 halt = HaltReason.BUDGET_EXCEEDED
             else:
                 self._steps += 1
                 self._reserved += hint
                 self._in_flight += 1
-                node, repeats = self._graph.add(kind, name, parent_id if parent_id is not None else current_node.get())
+                node, repeats = self._graph.add(
+                    kind, name, parent_id if parent_id is not None else current_node.get()
+                )
                 node._ctx = self
                 node._options = options
                 node.reserved_usd = hint
@@ -316,18 +369,22 @@ class ExecutionContext(CallAPI):
         config = self.config
         if reason is HaltReason.STEP_LIMIT:
             return f"max_steps={config.max_steps} reached"
-        return f"cost {self._committed:.6f} + reserved {self._reserved:.6f} + {hint:g} > {config.max_cost_usd:g}"
+        return (
+            f"cost {self._committed:.6f} + reserved {self._reserved:.6f} + {hint:g} > {config.max_cost_usd:g}"
+        )
 
     def _diverged(self, node: CallNode) -> bool:
         detail = f"{node.kind}:{node.name} repeated {self._graph.divergence_threshold} times in a row"
-        self.add_event("divergence", detail, kind=node.kind, name=node.name)
+        self.add_event("divergence", detail, call_kind=node.kind, name=node.name)
         if not self._halt_on_divergence:
             return False
         self._close(node, "refused", 0.0, refund_step=True)
         self._abort(HaltReason.POLICY_DENIED, f"divergence: {detail}")
         return True
 
-    def _close(self, node: CallNode, status: str, cost: float, *, refund_step: bool = False, result: Any = _UNSET) -> bool:
+    def _close(
+        self, node: CallNode, status: str, cost: float, *, refund_step: bool = False, result: Any = _UNSET
+    ) -> bool:
         """Settle ``node`` under the lock; return whether the committed cost is now past the ceiling.
 
         Also gives back a parent reservation and a half-open probe slot for calls that never ran.

@@ -168,4 +168,7 @@ class ExecutionGraph:
         return list(self._nodes)
 
     def aggregates(self) -> dict[tuple[str, str], Aggregate]:
-        return {key: Aggregate(a.count, a.cost_usd, a.tokens_in, a.tokens_out) for key, a in self._aggregates.items()}
+        return {
+            key: Aggregate(a.count, a.cost_usd, a.tokens_in, a.tokens_out)
+            for key, a in self._aggregates.items()
+        }

@@ -52,7 +52,9 @@ class RetryContainer:
     def check(self, context: PolicyContext) -> PolicyDecision:
         """As a pipeline policy: deny once the chain has used ``max_retries`` retries."""
         if context.retries_used > self.max_retries:
-            return PolicyDecision(allowed=False, policy_type="retry", reason=f"more than {self.max_retries} retries")
+            return PolicyDecision(
+                allowed=False, policy_type="retry", reason=f"more than {self.max_retries} retries"
+            )
         return _ALLOW
 
     def reset(self) -> None:

@@ -34,7 +34,10 @@ class SharedTimeoutPool:
     _default_lock = threading.Lock()
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        # Callers take the bare lock (a C-level context manager); only the worker needs the
+        # condition, which wraps the same lock.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, TimeoutHandle]] = []
         self._seq = itertools.count()
         self._dead = 0
@@ -51,13 +54,13 @@ class SharedTimeoutPool:
         return pool
 
     def __len__(self) -> int:
-        with self._cond:
+        with self._lock:
             return len(self._heap) - self._dead
 
     def schedule(self, deadline: float, callback: Callable[[], object]) -> TimeoutHandle:
         """Call ``callback`` once ``time.monotonic()`` reaches ``deadline``."""
         handle = TimeoutHandle(deadline, callback)
-        with self._cond:
+        with self._lock:
             heapq.heappush(self._heap, (deadline, next(self._seq), handle))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="veronica-timeouts", daemon=True)
@@ -67,7 +70,7 @@ class SharedTimeoutPool:
         return handle
 
     def cancel(self, handle: TimeoutHandle) -> None:
-        with self._cond:
+        with self._lock:
             if not handle.active:
                 return
             handle.active = False
@@ -104,7 +107,8 @@ class SharedTimeoutPool:
 
     def _after_fork(self) -> None:
         # The worker thread does not survive fork(); the child starts its own on first use.
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._heap = []
         self._dead = 0
         self._thread = None
