@@ -415,17 +415,19 @@ class ExecutionContext(CallAPI):
         self, node: CallNode, result: Any, cost_usd: float | None, usage: TokenUsage | Any, model: str | None
     ) -> Decision:
         if node.status != "running":
-            return Decision.HALT if self._token.reason is not None else Decision.ALLOW
+            return Decision.ALLOW
         cost = self._actual_cost(node, result, cost_usd, usage, model)
         over = self._close(node, "ok", cost, result=result)
         if node._probe:
             self._breaker.record_success()  # type: ignore[union-attr]
         if over:
+            # The call already ran; its cost took the total past the ceiling, so it is the last.
             self._abort(
                 HaltReason.BUDGET_EXCEEDED,
                 f"actual cost took the total to {self._committed:.6f} > {self.config.max_cost_usd:g}",
             )
-        return Decision.HALT if self._token.reason is not None else Decision.ALLOW
+            return Decision.HALT
+        return Decision.ALLOW
 
     def _actual_cost(
         self, node: CallNode, result: Any, cost_usd: float | None, usage: TokenUsage | Any, model: str | None
