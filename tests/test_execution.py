@@ -166,7 +166,8 @@ def test_two_phase_commit_fail_release_and_idempotence() -> None:
     failed.fail(RuntimeError("x"))
     failed.commit(cost_usd=0.5)
     snap = ctx.get_snapshot()
-    assert (snap.step_count, snap.retries_used, snap.cost_usd_accumulated) == (2, 1, pytest.approx(0.2))
+    assert (snap.step_count, snap.retries_used) == (2, 1)
+    assert snap.cost_usd_accumulated == pytest.approx(0.2)
     with pytest.raises(ValueError, match="kind"):
         ctx.begin_call("agent")
 
@@ -238,12 +239,12 @@ def test_breaker_is_fed_outcomes_and_probe_released_when_call_refused() -> None:
     breaker = CircuitBreaker(failure_threshold=1, recovery_timeout=1.0, clock=lambda: now[0])
     ctx = ExecutionContext(cfg(), circuit_breaker=breaker)
     with pytest.raises(OSError):
-        ctx.call_llm(lambda: (_ for _ in ()).throw(OSError("down")))
-    assert breaker.state == "open"
+        ctx.call_llm(_raise, OSError("down"))
+    assert _state(breaker) == "open"
     now[0] = 2.0
     probe_ctx = ExecutionContext(cfg(), circuit_breaker=breaker)
     assert probe_ctx.call_llm(lambda: "ok") == "ok"
-    assert breaker.state == "closed"
+    assert _state(breaker) == "closed"
 
 
 def test_binding_rule_explicit_then_current_then_owned() -> None:
@@ -280,3 +281,11 @@ def test_divergence_reported_and_halts_only_when_configured() -> None:
     for _ in range(5):
         strict.wrap_tool_call(lambda: ran.append(1), WrapOptions(operation_name="search"))
     assert len(ran) == 2 and strict.abort_reason == "policy_denied"
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+def _state(breaker: CircuitBreaker) -> str:
+    return breaker.state.value

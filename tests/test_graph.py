@@ -24,11 +24,11 @@ def test_graph_records_nodes_with_parents_and_aggregates() -> None:
 def test_graph_memory_is_bounded() -> None:
     ctx = ExecutionContext(ExecutionConfig(1e9, 10**9, 0), graph_capacity=10_000, divergence_threshold=0)
     fn = lambda: None  # noqa: E731
-    for _ in range(20_000):  # warm-up: fill the ring buffer
-        ctx.wrap_llm_call(fn)
-    gc.collect()
     tracemalloc.start()
     try:
+        for _ in range(20_000):  # warm-up: fill the ring buffer (traced, so refills net out)
+            ctx.wrap_llm_call(fn)
+        gc.collect()
         before = tracemalloc.get_traced_memory()[0]
         for _ in range(200_000):
             ctx.wrap_llm_call(fn)
@@ -38,4 +38,4 @@ def test_graph_memory_is_bounded() -> None:
         tracemalloc.stop()
     assert len(ctx.graph.nodes()) == 10_000
     assert ctx.graph.total_nodes == 220_000
-    assert growth < 2 * 1024 * 1024, f"grew by {growth} bytes"
+    assert growth < 256 * 1024, f"grew by {growth} bytes"

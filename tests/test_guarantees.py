@@ -20,8 +20,12 @@ from veronica_mw import (
 )
 
 
-def config(cost: float = 1e9, steps: int = 10**9, retries: int = 10**9, timeout_ms: float = 0) -> ExecutionConfig:
-    return ExecutionConfig(max_cost_usd=cost, max_steps=steps, max_retries_total=retries, timeout_ms=timeout_ms)
+def config(
+    cost: float = 1e9, steps: int = 10**9, retries: int = 10**9, timeout_ms: float = 0
+) -> ExecutionConfig:
+    return ExecutionConfig(
+        max_cost_usd=cost, max_steps=steps, max_retries_total=retries, timeout_ms=timeout_ms
+    )
 
 
 def test_g1_cost_never_exceeds_ceiling_with_reserved_hints() -> None:
@@ -32,7 +36,8 @@ def test_g1_cost_never_exceeds_ceiling_with_reserved_hints() -> None:
         nonlocal ran
         ran += 1
 
-    decisions = [ctx.wrap_llm_call(call, WrapOptions(cost_estimate_hint=0.3, cost_fn=lambda _: 0.3)) for _ in range(5)]
+    opts = WrapOptions(cost_estimate_hint=0.3, cost_fn=lambda _: 0.3)
+    decisions = [ctx.wrap_llm_call(call, opts) for _ in range(5)]
     assert decisions == [Decision.ALLOW] * 3 + [Decision.HALT] * 2
     assert ran == 3
     snap = ctx.get_snapshot()
@@ -91,9 +96,9 @@ def test_g1_budget_enforcer_check_before_commit() -> None:
 
 def test_g2_step_limit_admits_exactly_n_calls() -> None:
     ctx = ExecutionContext(config(steps=5))
-    ran = []
+    ran: list[int] = []
     for i in range(20):
-        ctx.wrap_tool_call(lambda i=i: ran.append(i))
+        ctx.wrap_tool_call(lambda i=i: ran.append(i))  # type: ignore[misc]
     assert ran == [0, 1, 2, 3, 4]
     snap = ctx.get_snapshot()
     assert snap.step_count == 5
@@ -133,7 +138,7 @@ def test_g3_zero_retries_allows_first_attempt_only() -> None:
     assert ctx.call_llm(lambda: "ok") == "ok"
     assert ctx.call_llm(lambda: "ok") == "ok"  # successes are first attempts, not retries
     with pytest.raises(KeyError):
-        ctx.call_llm(lambda: {}["missing"])
+        ctx.call_llm(lambda: {"present": 1}["missing"])
     with pytest.raises(ExecutionHalted, match="retry_limit"):
         ctx.call_llm(lambda: "never")
 
@@ -142,9 +147,9 @@ def test_g4_open_breaker_denies_until_recovery_timeout() -> None:
     now = [0.0]
     breaker = CircuitBreaker(failure_threshold=2, recovery_timeout=10.0, clock=lambda: now[0])
     breaker.record_failure()
-    assert breaker.state is CircuitState.CLOSED
+    assert _state(breaker) is CircuitState.CLOSED
     breaker.record_failure()
-    assert breaker.state is CircuitState.OPEN
+    assert _state(breaker) is CircuitState.OPEN
     for t in (0.0, 5.0, 9.999):
         now[0] = t
         assert not breaker.check(PolicyContext()).allowed
@@ -152,14 +157,14 @@ def test_g4_open_breaker_denies_until_recovery_timeout() -> None:
     assert breaker.check(PolicyContext()).allowed  # the single probe
     assert not breaker.check(PolicyContext()).allowed
     breaker.record_success()
-    assert breaker.state is CircuitState.CLOSED
+    assert _state(breaker) is CircuitState.CLOSED
 
 
 def test_g4_breaker_in_context_halts_with_circuit_open() -> None:
     breaker = CircuitBreaker(failure_threshold=1, recovery_timeout=60.0)
     failing = ExecutionContext(config(), circuit_breaker=breaker)
     with pytest.raises(TimeoutError):
-        failing.call_llm(lambda: (_ for _ in ()).throw(TimeoutError("slow upstream")))
+        failing.call_llm(_raise, TimeoutError("slow upstream"))
     other = ExecutionContext(config(), circuit_breaker=breaker)  # one breaker shared by two contexts
     with pytest.raises(ExecutionHalted) as info:
         other.call_llm(lambda: pytest.fail("must not run"))
@@ -186,3 +191,11 @@ def test_g5_pool_fires_within_its_resolution() -> None:
         late_ms = (time.monotonic() - start) * 1000 - 100
     # Hang guard, not a performance claim: the deadline fires once, near its time.
     assert -1 < late_ms < 1000
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+def _state(breaker: CircuitBreaker) -> CircuitState:
+    return breaker.state

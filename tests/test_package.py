@@ -11,8 +11,21 @@ from pathlib import Path
 import veronica_mw
 
 ROOT = Path(__file__).resolve().parents[1]
-FRAMEWORKS = ["langchain_core", "langchain", "langgraph", "autogen", "ag2", "crewai", "llama_index",
-              "fastapi", "starlette", "flask", "django", "redis", "uvicorn"]
+FRAMEWORKS = [
+    "langchain_core",
+    "langchain",
+    "langgraph",
+    "autogen",
+    "ag2",
+    "crewai",
+    "llama_index",
+    "fastapi",
+    "starlette",
+    "flask",
+    "django",
+    "redis",
+    "uvicorn",
+]
 
 
 def test_all_is_sorted_and_exported() -> None:
@@ -42,7 +55,10 @@ def test_wheel_has_no_top_level_adapters_package(tmp_path: Path) -> None:
 
 def test_demo_cli_json() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "veronica_mw.cli", "demo", "--json"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "veronica_mw.cli", "demo", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     rows = {row["scenario"]: row for row in json.loads(out.stdout)["scenarios"]}
     assert rows["retry_amplification"]["veronica_ops"] == 6

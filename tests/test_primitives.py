@@ -70,9 +70,9 @@ def test_half_open_allows_exactly_one_probe_across_threads() -> None:
     for t in threads:
         t.join()
     assert allowed == [1]
-    assert breaker.state is CircuitState.HALF_OPEN
+    assert _state(breaker) is CircuitState.HALF_OPEN
     breaker.record_failure()  # failed probe re-opens
-    assert breaker.state is CircuitState.OPEN
+    assert _state(breaker) is CircuitState.OPEN
     assert breaker.retry_after_s() == pytest.approx(5.0)
 
 
@@ -85,7 +85,9 @@ def test_breaker_validation() -> None:
 
 def test_retry_container_standalone_backoff_and_bound() -> None:
     delays: list[float] = []
-    container = RetryContainer(max_retries=3, backoff_base=0.1, backoff_max=0.25, jitter=0.0, sleep=delays.append)
+    container = RetryContainer(
+        max_retries=3, backoff_base=0.1, backoff_max=0.25, jitter=0.0, sleep=delays.append
+    )
     calls = 0
 
     def always_fails() -> None:
@@ -152,7 +154,12 @@ def test_timeout_pool_fires_in_deadline_order_without_lost_wakeups() -> None:
     fired: list[int] = []
     done = threading.Event()
     now = time.monotonic()
-    pool.schedule(now + 0.3, lambda: (fired.append(3), done.set()))
+
+    def last() -> None:
+        fired.append(3)
+        done.set()
+
+    pool.schedule(now + 0.3, last)
     # Scheduled later but due earlier: must wake the waiting worker.
     pool.schedule(now + 0.05, lambda: fired.append(1))
     cancelled = pool.schedule(now + 0.1, lambda: fired.append(2))
@@ -170,3 +177,7 @@ def test_timeout_entry_removed_when_context_exits() -> None:
             pass
     assert len(pool) == 0
     assert len(pool._heap) <= 600  # cancelled entries are compacted, not accumulated
+
+
+def _state(breaker: CircuitBreaker) -> CircuitState:
+    return breaker.state

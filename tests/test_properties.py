@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from veronica_mw import BudgetEnforcer, Decision, ExecutionConfig, ExecutionContext, ExecutionHalted, WrapOptions
+from veronica_mw import (
+    BudgetEnforcer,
+    Decision,
+    ExecutionConfig,
+    ExecutionContext,
+    ExecutionHalted,
+    WrapOptions,
+)
 
 action = st.one_of(
     st.tuples(st.just("llm"), st.floats(0, 0.5, allow_nan=False)),
@@ -17,6 +26,10 @@ action = st.one_of(
 
 class Boom(Exception):
     pass
+
+
+def _constant(amount: float) -> Callable[[object], float]:
+    return lambda _: amount
 
 
 def _boom() -> None:
@@ -48,7 +61,7 @@ def test_random_sequences_respect_every_limit(
             except ExecutionHalted:
                 pass
         else:
-            opts = WrapOptions(cost_estimate_hint=amount, cost_fn=lambda _, a=amount: a)
+            opts = WrapOptions(cost_estimate_hint=amount, cost_fn=_constant(amount))
             wrap = ctx.wrap_llm_call if kind == "llm" else ctx.wrap_tool_call
 
             def body() -> None:
@@ -72,7 +85,9 @@ def test_random_sequences_respect_every_limit(
 
 
 @settings(max_examples=200, deadline=None)
-@given(limit=st.floats(0, 10, allow_nan=False), amounts=st.lists(st.floats(0, 3, allow_nan=False), max_size=40))
+@given(
+    limit=st.floats(0, 10, allow_nan=False), amounts=st.lists(st.floats(0, 3, allow_nan=False), max_size=40)
+)
 def test_budget_enforcer_never_exceeds(limit: float, amounts: list[float]) -> None:
     budget = BudgetEnforcer(limit)
     accepted = [a for a in amounts if budget.spend(a)]

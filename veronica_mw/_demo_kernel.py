@@ -28,7 +28,9 @@ def retry_amplification(contained: bool, layers: int = 3, retries_per_layer: int
     ctx = ExecutionContext(ExecutionConfig(max_cost_usd=10.0, max_steps=1000, max_retries_total=5))
     fn: Callable[[], Any] = (lambda: ctx.call_llm(stub_model)) if contained else stub_model
     for _ in range(layers):
-        container = RetryContainer(max_retries=retries_per_layer, backoff_base=0.0, jitter=0.0, sleep=_no_sleep)
+        container = RetryContainer(
+            max_retries=retries_per_layer, backoff_base=0.0, jitter=0.0, sleep=_no_sleep
+        )
         fn = _layer(container, fn)
     halt = _run(fn, ctx if contained else None)
     return _result(calls, halt, ctx if contained else None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -29,18 +30,21 @@ def _row(name: str, baseline: int, contained: int, mechanism: str, detail: dict[
 
 
 def _websocket() -> dict[str, Any]:
-    from ._demo_websocket import run_websocket_runaway
-
-    result = run_websocket_runaway()
+    result: dict[str, Any] = importlib.import_module("veronica_mw._demo_websocket").run_websocket_runaway()
     return _row(
-        "websocket_runaway", result["baseline_ops"], result["contained_ops"], "max_steps, close code 1008", result
+        "websocket_runaway",
+        result["baseline_ops"],
+        result["contained_ops"],
+        "max_steps, close code 1008",
+        result,
     )
 
 
 def _multi_agent() -> dict[str, Any]:
-    from .adapters._ag2_demo import run_multi_agent_scenario
-
-    result = run_multi_agent_scenario()
+    # Imported by name: the AG2 scenario needs the optional ag2 extra, never a static dependency.
+    result: dict[str, Any] = importlib.import_module(
+        "veronica_mw.adapters._ag2_demo"
+    ).run_multi_agent_scenario()
     return _row(
         "multi_agent_loop",
         result["baseline_llm_calls"],
@@ -52,7 +56,9 @@ def _multi_agent() -> dict[str, Any]:
 
 def run_demo() -> list[dict[str, Any]]:
     rows = [
-        _kernel_scenario("retry_amplification", _demo_kernel.retry_amplification, "max_retries_total, RetryContainer"),
+        _kernel_scenario(
+            "retry_amplification", _demo_kernel.retry_amplification, "max_retries_total, RetryContainer"
+        ),
         _kernel_scenario("recursive_tools", _demo_kernel.recursive_tools, "max_steps, call_tool"),
     ]
     for name, extra, runner in (

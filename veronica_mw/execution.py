@@ -9,8 +9,8 @@ stored once in the context's cancellation token and every later call is refused 
 
 from __future__ import annotations
 
-import logging
 import itertools
+import logging
 import os
 import secrets
 import threading
