@@ -80,6 +80,7 @@ class ExecutionContext(CallAPI):
         "_lock",
         "_token",
         "_graph",
+        "_graph_args",
         "_halt_on_divergence",
         "_steps",
         "_committed",
@@ -124,7 +125,11 @@ class ExecutionContext(CallAPI):
         self._parent = budget_parent
         self._lock = threading.Lock()
         self._token = CancellationToken()
-        self._graph = ExecutionGraph(graph_capacity, divergence_threshold)
+        if graph_capacity < 1:
+            raise ValueError("graph_capacity must be >= 1")
+        # The graph, event log and key index are built on first use: many requests make no call.
+        self._graph: ExecutionGraph | None = None
+        self._graph_args = (graph_capacity, divergence_threshold)
         self._halt_on_divergence = halt_on_divergence
         self._steps = 0
         self._committed = 0.0
@@ -133,8 +138,8 @@ class ExecutionContext(CallAPI):
         self._in_flight = 0
         self._partial: Any = None
         self._retry_after: float | None = None
-        self._events: deque[ExecutionEvent] = deque(maxlen=256)
-        self._open_keys: dict[Hashable, CallNode] = {}
+        self._events: deque[ExecutionEvent] | None = None
+        self._open_keys: dict[Hashable, CallNode] | None = None
         self._pool = timeout_pool
         self._timer: TimeoutHandle | None = None
         self._var_tokens: list[Token[ExecutionContext | None]] = []
@@ -188,13 +193,22 @@ class ExecutionContext(CallAPI):
 
     @property
     def graph(self) -> ExecutionGraph:
+        graph = self._graph
+        if graph is None:
+            with self._lock:
+                graph = self._graph_locked()
+        return graph
+
+    def _graph_locked(self) -> ExecutionGraph:
+        if self._graph is None:
+            self._graph = ExecutionGraph(*self._graph_args)
         return self._graph
 
     def get_partial_result(self) -> Any:
         return self._partial
 
     def get_events(self) -> list[ExecutionEvent]:
-        return list(self._events)
+        return list(self._events or ())
 
     def get_snapshot(self) -> ExecutionSnapshot:
         with self._lock:
@@ -214,7 +228,7 @@ class ExecutionContext(CallAPI):
             chain_id=self.chain_id,
             config=self.config,
             retry_after_s=self._retry_after,
-            events=tuple(self._events),
+            events=tuple(self._events or ()),
         )
 
     def halted_error(self) -> ExecutionHalted:
@@ -240,6 +254,8 @@ class ExecutionContext(CallAPI):
         self._abort(HaltReason.CANCELLED, detail)
 
     def add_event(self, kind: str, detail: str, **data: Any) -> None:
+        if self._events is None:
+            self._events = deque(maxlen=256)
         self._events.append(ExecutionEvent(kind, detail, data))
         logger.info("veronica_mw: %s in context %s: %s", kind, self.chain_id, detail)
 
@@ -316,6 +332,8 @@ class ExecutionContext(CallAPI):
         repeats = 0
         with self._lock:
             if key is not None:
+                if self._open_keys is None:
+                    self._open_keys = {}
                 existing = self._open_keys.get(key)
                 if existing is not None:
                     return existing
@@ -332,7 +350,7 @@ class ExecutionContext(CallAPI):
                 self._steps += 1
                 self._reserved += hint
                 self._in_flight += 1
-                node, repeats = self._graph.add(
+                node, repeats = (self._graph or self._graph_locked()).add(
                     kind, name, parent_id if parent_id is not None else current_node.get()
                 )
                 node._ctx = self
@@ -341,11 +359,11 @@ class ExecutionContext(CallAPI):
                 node.model = options.model
                 if key is not None:
                     node.key = key
-                    self._open_keys[key] = node
+                    self._open_keys[key] = node  # type: ignore[index]
         if halt is not None:
             self._abort(halt, self._limit_detail(halt, hint))
             return None
-        if repeats and repeats == self._graph.divergence_threshold and self._diverged(node):
+        if repeats == self._graph_args[1] and self._diverged(node):
             return None
         breaker = self._breaker
         if breaker is not None:
@@ -374,7 +392,7 @@ class ExecutionContext(CallAPI):
         )
 
     def _diverged(self, node: CallNode) -> bool:
-        detail = f"{node.kind}:{node.name} repeated {self._graph.divergence_threshold} times in a row"
+        detail = f"{node.kind}:{node.name} repeated {self._graph_args[1]} times in a row"
         self.add_event("divergence", detail, call_kind=node.kind, name=node.name)
         if not self._halt_on_divergence:
             return False
@@ -393,14 +411,14 @@ class ExecutionContext(CallAPI):
             if node.status != "running":
                 return False
             if node.key is not None:
-                self._open_keys.pop(node.key, None)
+                self._open_keys.pop(node.key, None)  # type: ignore[union-attr]
             self._reserved -= node.reserved_usd
             self._in_flight -= 1
             self._committed += cost
             if refund_step:
                 self._steps -= 1
             node.cost_usd = cost
-            self._graph.finish(node, status)
+            self._graph.finish(node, status)  # type: ignore[union-attr]
             if result is not _UNSET:
                 self._partial = result
             over = self._committed > self.config.max_cost_usd + _EPSILON
