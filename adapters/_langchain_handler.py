@@ -1,0 +1,219 @@
+"""``VeronicaCallbackHandler``: one kernel step per LangChain model or tool run.
+
+Kept apart from :mod:`veronica_mw.adapters.langchain` (which imports it after the gated
+framework import) so that module holds only the wiring: zero-config hook, opt-outs, lazy agent
+middleware.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.outputs import LLMResult
+
+from .. import CallNode, ContextBinding, ExecutionConfig, ExecutionContext, WrapOptions
+from ._langchain_claims import adopt
+
+__all__ = ["COST_HINT_METADATA_KEY", "VeronicaCallbackHandler"]
+
+COST_HINT_METADATA_KEY = "veronica_cost_estimate_hint"
+"""Run metadata key (``model.with_config(metadata={...})``) giving a per-call cost hint in USD."""
+
+
+def _hint(value: Any, default: float) -> float:
+    # A bad hint in user metadata must not break the run (the handler raises errors on purpose).
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    value = float(value)
+    return value if math.isfinite(value) and value >= 0.0 else default
+
+
+def _llm_outcome(response: LLMResult) -> tuple[Any, Any, str | None]:
+    """(message, usage, model) of a finished model run; chat usage lives on the message."""
+    message: Any = None
+    usage: Any = None
+    model: Any = None
+    if response.generations and response.generations[0]:
+        message = getattr(response.generations[0][0], "message", None)
+    if message is not None:
+        usage = getattr(message, "usage_metadata", None)
+        meta = getattr(message, "response_metadata", None) or {}
+        model = meta.get("model_name") or meta.get("model")
+    output = response.llm_output or {}
+    if usage is None:  # text LLMs report OpenAI-style usage in llm_output
+        usage = output.get("token_usage") or output.get("usage")
+    if not model:
+        model = output.get("model_name") or output.get("model")
+    return message, usage, model if isinstance(model, str) and model else None
+
+
+class VeronicaCallbackHandler(BaseCallbackHandler):
+    """Contain LangChain runs: one kernel step per model or tool run, halts raised before the call.
+
+    Binding: ``context`` if given; else the context current at call time (request middleware or an
+    entered ``ExecutionContext``); else one context owned by this handler, built from ``config``;
+    else runs are not contained. ``cost_estimate_hint`` (USD) is reserved before each model call so
+    ``max_cost_usd`` can stop the call that would cross it; run metadata
+    ``{"veronica_cost_estimate_hint": x}`` overrides it per runnable.
+
+    Sync on purpose: an async-only handler cannot stop a sync ``invoke``, while LangChain runs a
+    sync handler in async runs too (in its executor, with a copy of the caller's context, and
+    awaits it before the model is called). ``raise_error`` makes LangChain propagate
+    :class:`~veronica_mw.ExecutionHalted` instead of logging it. Not ``run_inline``: LangChain
+    leaves the other handlers' start coroutines un-awaited when an inline handler raises.
+    """
+
+    raise_error = True
+
+    def __init__(
+        self,
+        context: ExecutionContext | None = None,
+        *,
+        config: ExecutionConfig | None = None,
+        cost_estimate_hint: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self._binding = ContextBinding(context, config)
+        self._hint = WrapOptions(cost_estimate_hint=cost_estimate_hint).cost_estimate_hint
+        # Open steps by LangChain run id; entries live from start to end/error only.
+        self._open: dict[UUID, CallNode] = {}
+
+    # Chain/retriever/custom events carry no model or tool call: skip them cheaply.
+    @property
+    def ignore_chain(self) -> bool:
+        return True
+
+    @property
+    def ignore_retriever(self) -> bool:
+        return True
+
+    @property
+    def ignore_retry(self) -> bool:
+        return True
+
+    @property
+    def ignore_custom_event(self) -> bool:
+        return True
+
+    @property
+    def owned_context(self) -> ExecutionContext | None:
+        """The context this handler built from ``config`` (None until first needed)."""
+        return self._binding.owned_context
+
+    def _resolve(self) -> ExecutionContext | None:
+        return self._binding.resolve()
+
+    def _begin(
+        self,
+        kind: str,
+        run_id: UUID,
+        serialized: Mapping[str, Any] | None,
+        metadata: Mapping[str, Any] | None,
+        extra: Mapping[str, Any],
+    ) -> None:
+        ctx = self._resolve()
+        if ctx is None:
+            return
+        node = adopt(ctx, kind, run_id)
+        if node is None:
+            meta = metadata or {}
+            params = extra.get("invocation_params") or {}
+            name = extra.get("name") or (serialized or {}).get("name") or kind
+            model = meta.get("ls_model_name") or params.get("model") or params.get("model_name")
+            options = WrapOptions(
+                operation_name=name if isinstance(name, str) else kind,
+                cost_estimate_hint=_hint(meta.get(COST_HINT_METADATA_KEY), self._hint)
+                if kind == "llm"
+                else 0.0,
+                model=model if isinstance(model, str) and model else None,
+            )
+            node = ctx.begin_call(kind, options, key=run_id)  # raises ExecutionHalted: call never runs
+        self._open[run_id] = node
+
+    def _fail(self, run_id: UUID, error: BaseException) -> None:
+        node = self._open.pop(run_id, None)
+        if node is None:
+            return
+        if isinstance(error, Exception):
+            node.fail(error)
+        else:
+            # Cancelled mid-call (CancelledError, KeyboardInterrupt): not a failure that draws a
+            # retry, but the call may have cost money, so the reservation is kept as spent.
+            node.commit(cost_usd=node.reserved_usd)
+
+    # -- model runs ---------------------------------------------------------------------------------
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[Any]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._begin("llm", run_id, serialized, metadata, kwargs)
+
+    def on_llm_start(
+        self,
+        serialized: dict[str, Any],
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._begin("llm", run_id, serialized, metadata, kwargs)
+
+    def on_llm_end(
+        self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        node = self._open.pop(run_id, None)
+        if node is None:
+            return
+        message, usage, model = _llm_outcome(response)
+        if message is not None:
+            node.commit(message, usage=usage, model=model)
+        else:
+            node.commit(usage=usage, model=model)
+
+    def on_llm_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        self._fail(run_id, error)
+
+    # -- tool runs ----------------------------------------------------------------------------------
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._begin("tool", run_id, serialized, metadata, kwargs)
+
+    def on_tool_end(
+        self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        node = self._open.pop(run_id, None)
+        if node is not None:
+            node.commit(output)
+
+    def on_tool_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        self._fail(run_id, error)
