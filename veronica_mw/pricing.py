@@ -101,18 +101,78 @@ def _resolve(model: str, provider: str | None) -> Any:
     return hit
 
 
-def price_usage(usage: TokenUsage, model: str, provider: str | None = None) -> float:
-    """Price ``usage`` for ``model``; raises ``LookupError`` when the model is unknown."""
+def _library_price(provider_info: Any, model_info: Any, counts: tuple[int, int, int, int]) -> float:
     from genai_prices import Usage
 
-    provider_info, model_info = _resolve(model, provider)
     calc = model_info.calc_price(
         Usage(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_tokens=usage.cache_read_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
+            input_tokens=counts[0],
+            output_tokens=counts[1],
+            cache_read_tokens=counts[2],
+            cache_write_tokens=counts[3],
         ),
         provider_info,
     )
     return float(calc.total_price)
+
+
+# Probe points for the linear fit: cache reads and writes stay below the input tokens they are part of.
+_BASE = (4_000_000, 1_000_000, 1_000_000, 1_000_000)
+_STEP = 1_000_000
+_CHECK = (7_000_000, 3_000_000, 2_500_000, 500_000)
+
+
+def _linear_coefficients(provider_info: Any, model_info: Any) -> tuple[float, float, float, float] | None:
+    """Per-token prices when the model's price is one flat, unconditional, untiered price.
+
+    genai-prices computes each call in Decimal through its unit registry (~0.1 ms); for flat prices
+    the total is linear in the four token counts, so it is fitted once from the library itself and
+    verified on two further points. Conditional (time-dependent) or tiered prices return None and
+    are always priced by the library.
+    """
+    from genai_prices.types import ModelPrice, TieredPrices
+
+    prices = model_info.prices
+    if not isinstance(prices, ModelPrice) or any(isinstance(v, TieredPrices) for v in vars(prices).values()):
+        return None
+    try:
+        base = _library_price(provider_info, model_info, _BASE)
+        fitted = [
+            (_library_price(provider_info, model_info, _shifted(k)) - base) / _STEP for k in range(len(_BASE))
+        ]
+        checks = [(_BASE, base), (_CHECK, _library_price(provider_info, model_info, _CHECK))]
+    except Exception:  # any oddity in the price data: keep using the library as is
+        return None
+    coeffs = (fitted[0], fitted[1], fitted[2], fitted[3])
+    for counts, expected in checks:
+        if abs(_apply(coeffs, counts) - expected) > 1e-9 * max(1.0, expected):
+            return None
+    return coeffs
+
+
+def _shifted(k: int) -> tuple[int, int, int, int]:
+    a, b, c, d = (n + (_STEP if i == k else 0) for i, n in enumerate(_BASE))
+    return (a, b, c, d)
+
+
+def _apply(coeffs: tuple[float, float, float, float], counts: tuple[int, int, int, int]) -> float:
+    return coeffs[0] * counts[0] + coeffs[1] * counts[1] + coeffs[2] * counts[2] + coeffs[3] * counts[3]
+
+
+_linear: dict[tuple[str | None, str], tuple[float, float, float, float] | None] = {}
+
+
+def price_usage(usage: TokenUsage, model: str, provider: str | None = None) -> float:
+    """Price ``usage`` for ``model``; raises ``LookupError`` when the model is unknown."""
+    provider_info, model_info = _resolve(model, provider)
+    key = (provider, model)
+    if key in _linear:
+        coeffs = _linear[key]
+    else:
+        coeffs = _linear_coefficients(provider_info, model_info)
+        with _cache_lock:
+            _linear[key] = coeffs
+    counts = (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
+    if coeffs is None:
+        return _library_price(provider_info, model_info, counts)
+    return _apply(coeffs, counts)
