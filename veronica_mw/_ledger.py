@@ -15,7 +15,6 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from ._validate import check_number
-from .cancellation import CancellationToken
 from .config import ExecutionConfig, WrapOptions
 from .context import current_node
 from .exceptions import ExecutionHalted
@@ -40,12 +39,11 @@ class Ledger:
 
     if TYPE_CHECKING:
         config: ExecutionConfig
-        chain_id: str
+        _reason: str | None
         _pipeline: PolicyPipeline | None
         _breaker: CircuitBreaker | None
         _parent: BudgetParent | None
         _lock: threading.Lock
-        _token: CancellationToken
         _graph: ExecutionGraph | None
         _graph_args: tuple[int, int]
         _halt_on_divergence: bool
@@ -59,6 +57,8 @@ class Ledger:
         _open_keys: dict[Hashable, CallNode] | None
         _deadline: float
 
+        @property
+        def chain_id(self) -> str: ...
         def _abort(self, reason: HaltReason, detail: str = "", retry_after: float | None = None) -> None: ...
         def _on_deadline(self) -> None: ...
         def _graph_locked(self) -> ExecutionGraph: ...
@@ -70,7 +70,7 @@ class Ledger:
     ) -> CallNode | None:
         if kind != "llm" and kind != "tool":
             raise ValueError(f"kind must be 'llm' or 'tool', got {kind!r}")
-        if self._token.reason is not None:
+        if self._reason is not None:
             return None
         if self._deadline and time.monotonic() >= self._deadline:
             self._on_deadline()
@@ -103,7 +103,7 @@ class Ledger:
                 existing = self._open_keys.get(key)
                 if existing is not None:
                     return existing
-            if self._token.reason is not None:
+            if self._reason is not None:
                 return None
             if self._steps >= config.max_steps:
                 halt = HaltReason.STEP_LIMIT

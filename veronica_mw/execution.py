@@ -70,7 +70,10 @@ class ExecutionContext(Ledger, CallAPI):
 
     __slots__ = (
         "config",
-        "chain_id",
+        "_chain_prefix",
+        "_chain_no",
+        "_reason",
+        "_detail",
         "_pipeline",
         "_breaker",
         "_parent",
@@ -116,12 +119,16 @@ class ExecutionContext(Ledger, CallAPI):
         if circuit_breaker is not None and not callable(getattr(circuit_breaker, "check", None)):
             raise TypeError("circuit_breaker must have check()/record_success()/record_failure()")
         self.config = config
-        self.chain_id = f"{_chain_prefix}-{next(_chain_counter):x}"
+        # The id is formatted on demand; the token is made on demand (most contexts never need one).
+        self._chain_prefix = _chain_prefix
+        self._chain_no = next(_chain_counter)
+        self._reason: str | None = None
+        self._detail = ""
         self._pipeline = pipeline if pipeline else None
         self._breaker = circuit_breaker
         self._parent = budget_parent
         self._lock = threading.Lock()
-        self._token = CancellationToken()
+        self._token: CancellationToken | None = None
         if graph_capacity < 1:
             raise ValueError("graph_capacity must be >= 1")
         # The graph, event log and key index are built on first use: many requests make no call.
@@ -139,7 +146,7 @@ class ExecutionContext(Ledger, CallAPI):
         self._open_keys: dict[Hashable, CallNode] | None = None
         self._pool = timeout_pool
         self._timer: TimeoutHandle | None = None
-        self._var_tokens: list[Token[ExecutionContext | None]] = []
+        self._var_tokens: list[Token[ExecutionContext | None]] | None = None
         self._armed = False
         self._started = time.monotonic()
         self._deadline = self._started + config.timeout_ms / 1000.0 if config.timeout_ms else 0.0
@@ -155,14 +162,21 @@ class ExecutionContext(Ledger, CallAPI):
                 self._deadline = self._started + self.config.timeout_ms / 1000.0
                 pool = self._pool or SharedTimeoutPool.default()
                 self._timer = pool.schedule(self._deadline, self._on_deadline)
-        self._var_tokens.append(current_context.set(self))
+        token = current_context.set(self)
+        if self._var_tokens is None:
+            self._var_tokens = [token]
+        else:
+            self._var_tokens.append(token)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        current_context.reset(self._var_tokens.pop())
-        if not self._var_tokens and self._timer is not None:
+        tokens = self._var_tokens
+        if not tokens:
+            raise RuntimeError("ExecutionContext exited more often than it was entered")
+        current_context.reset(tokens.pop())
+        if not tokens and self._timer is not None:
             (self._pool or SharedTimeoutPool.default()).cancel(self._timer)
             self._timer = None
 
@@ -177,16 +191,35 @@ class ExecutionContext(Ledger, CallAPI):
     # -- state -----------------------------------------------------------------------------------
 
     @property
+    def chain_id(self) -> str:
+        """Unique id of this context (a random per-process prefix and a counter)."""
+        return f"{self._chain_prefix}-{self._chain_no:x}"
+
+    @property
     def aborted(self) -> bool:
-        return self._token.reason is not None
+        return self._reason is not None
 
     @property
     def abort_reason(self) -> str | None:
-        return self._token.reason
+        return self._reason
 
     @property
     def cancellation_token(self) -> CancellationToken:
-        return self._token
+        """A token cancelled on any halt (limit, timeout, cancel); cancelling it halts the context.
+
+        Its callbacks are how code blocked elsewhere (a WebSocket receive, a worker) learns of a
+        halt; they run on the thread that halted the context (the timeout pool's, for timeouts).
+        """
+        token = self._token
+        if token is None:
+            with self._lock:
+                if self._token is None:
+                    self._token = CancellationToken()
+                token = self._token
+            token.add_callback(lambda: self._abort(HaltReason.CANCELLED, token.detail))
+            if self._reason is not None:  # halted before anyone asked for the token
+                token.cancel(self._reason, self._detail)
+        return token
 
     @property
     def graph(self) -> ExecutionGraph:
@@ -211,16 +244,15 @@ class ExecutionContext(Ledger, CallAPI):
         with self._lock:
             steps, committed, reserved = self._steps, self._committed, self._reserved
             retries, in_flight = self._retries, self._in_flight
-        token = self._token
         return ExecutionSnapshot(
             step_count=steps,
             cost_usd_accumulated=committed,
             cost_usd_reserved=reserved,
             retries_used=retries,
             in_flight=in_flight,
-            aborted=token.reason is not None,
-            abort_reason=token.reason,
-            abort_detail=token.detail,
+            aborted=self._reason is not None,
+            abort_reason=self._reason,
+            abort_detail=self._detail,
             elapsed_ms=(time.monotonic() - self._started) * 1000.0,
             chain_id=self.chain_id,
             config=self.config,
@@ -231,17 +263,17 @@ class ExecutionContext(Ledger, CallAPI):
     def halted_error(self) -> ExecutionHalted:
         """The exception describing this context's halt (reason, snapshot, partial result)."""
         return ExecutionHalted(
-            self._token.reason or HaltReason.CANCELLED.value,
+            self._reason or HaltReason.CANCELLED.value,
             self.get_snapshot(),
             self._partial,
-            self._token.detail,
+            self._detail,
         )
 
     def check(self) -> None:
         """Raise :class:`ExecutionHalted` if this context has halted (takes no step)."""
-        if self._token.reason is None and self._deadline and time.monotonic() >= self._deadline:
+        if self._reason is None and self._deadline and time.monotonic() >= self._deadline:
             self._on_deadline()
-        if self._token.reason is not None:
+        if self._reason is not None:
             raise self.halted_error()
 
     def cancel(self, detail: str = "") -> None:
@@ -257,10 +289,19 @@ class ExecutionContext(Ledger, CallAPI):
         logger.info("veronica_mw: %s in context %s: %s", kind, self.chain_id, detail)
 
     def _abort(self, reason: HaltReason, detail: str = "", retry_after: float | None = None) -> None:
-        if self._token.reason is None and retry_after is not None:
-            self._retry_after = retry_after
-        if self._token.cancel(reason.value, detail):
-            logger.debug("veronica_mw: context %s halted: %s %s", self.chain_id, reason.value, detail)
+        """Halt for ``reason`` unless already halted (the first reason wins). Never call it while
+        holding ``self._lock``: it takes the lock and then runs cancellation callbacks."""
+        with self._lock:
+            if self._reason is not None:
+                return
+            if retry_after is not None:
+                self._retry_after = retry_after
+            self._detail = detail
+            self._reason = reason.value
+            token = self._token
+        logger.debug("veronica_mw: context %s halted: %s %s", self.chain_id, reason.value, detail)
+        if token is not None:
+            token.cancel(reason.value, detail)
 
     def _on_deadline(self) -> None:
         self._abort(HaltReason.TIMEOUT, f"timeout_ms={self.config.timeout_ms:g} elapsed")

@@ -42,6 +42,8 @@ class SharedTimeoutPool:
         self._seq = itertools.count()
         self._dead = 0
         self._thread: threading.Thread | None = None
+        # What the worker is waiting for: a new deadline only needs to wake it if it is earlier.
+        self._wake_at = float("inf")
 
     @classmethod
     def default(cls) -> SharedTimeoutPool:
@@ -65,7 +67,8 @@ class SharedTimeoutPool:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="veronica-timeouts", daemon=True)
                 self._thread.start()
-            elif self._heap[0][2] is handle:
+            elif deadline < self._wake_at:
+                self._wake_at = deadline
                 self._cond.notify()
         return handle
 
@@ -89,10 +92,12 @@ class SharedTimeoutPool:
                     heapq.heappop(heap)
                     self._dead -= 1
                 if not heap:
+                    self._wake_at = float("inf")
                     self._cond.wait()
                     continue
                 wait = heap[0][0] - time.monotonic()
                 if wait > 0:
+                    self._wake_at = heap[0][0]
                     self._cond.wait(wait)
                     continue
                 handle = heapq.heappop(heap)[2]
@@ -112,6 +117,7 @@ class SharedTimeoutPool:
         self._heap = []
         self._dead = 0
         self._thread = None
+        self._wake_at = float("inf")
 
 
 def _reset_default_after_fork() -> None:
