@@ -36,7 +36,9 @@ def main(argv: list[str]) -> int:
         cmd = [sys.executable, "-m", "mypy", "--strict", *targets]
         status = subprocess.call(cmd, cwd=tmp, env=env)
         if extra:
-            status |= subprocess.call([sys.executable, "-m", "mypy", "--strict", *extra], cwd=ROOT, env=env)
+            status |= subprocess.call(
+                [sys.executable, "-m", "mypy", "--strict", "--explicit-package-bases", *extra], cwd=ROOT, env=env
+            )
         return status
 
 

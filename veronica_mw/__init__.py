@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .asgi import VeronicaASGIMiddleware
 from .binding import ContextBinding
 from .budget import BudgetEnforcer
 from .cancellation import CancellationToken
@@ -18,6 +19,7 @@ from .retry import RetryContainer
 from .snapshot import ExecutionEvent, ExecutionSnapshot
 from .step_guard import AgentStepGuard
 from .timeout_pool import SharedTimeoutPool
+from .wsgi import VeronicaWSGIMiddleware
 
 __version__ = "0.1.0"
 
@@ -47,6 +49,8 @@ __all__ = [
     "RuntimePolicy",
     "SharedTimeoutPool",
     "TokenUsage",
+    "VeronicaASGIMiddleware",
+    "VeronicaWSGIMiddleware",
     "WrapOptions",
     "get_current_execution_context",
 ]

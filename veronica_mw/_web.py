@@ -222,6 +222,11 @@ class ConfigResolver:
     def default_config(self) -> ExecutionConfig:
         return self._default
 
+    @property
+    def excludes(self) -> bool:
+        """True when some paths are excluded."""
+        return bool(self._exact or self._prefixes)
+
     def excluded(self, path: str) -> bool:
         """True when ``path`` is listed in ``exclude_paths`` (exactly, or under a ``/``-prefix)."""
         return path in self._exact or (bool(self._prefixes) and path.startswith(self._prefixes))
@@ -260,9 +265,9 @@ ENVIRON_KEY = "veronica_mw.context"
 """WSGI environ key (and ASGI scope key) under which the middleware publishes the request's context."""
 
 
-def middleware_active() -> bool:
-    """True while a veronica-mw middleware is handling the current request."""
-    return _active.get()
+middleware_active = _active.get
+"""``middleware_active()`` is True while a veronica-mw middleware handles the current request
+(the ContextVar's own ``get``, bound once: it runs on every request)."""
 
 
 mark_active = _active.set

@@ -49,7 +49,7 @@ def _multi_agent() -> dict[str, Any]:
         "multi_agent_loop",
         result["baseline_llm_calls"],
         result["contained_llm_calls"],
-        "max_steps via AG2 capability",
+        f"max_steps via AG2 {result.get('adapter', 'adapter')}",
         result,
     )
 

@@ -54,10 +54,13 @@ class ExecutionHalted(RuntimeError):
 class MissingFrameworkError(ImportError):
     """An adapter's framework is not installed; the message carries the ``pip install`` line."""
 
-    def __init__(self, framework: str, extra: str, cause: BaseException | None = None) -> None:
+    def __init__(
+        self, framework: str, extra: str, cause: BaseException | None = None, *, module: str | None = None
+    ) -> None:
         hint = f'pip install "veronica-mw[{extra}]"'
         detail = f": {cause}" if cause is not None else ""
-        super().__init__(f"veronica_mw.adapters.{extra} needs {framework}{detail}. Install it with: {hint}")
+        where = module or f"veronica_mw.adapters.{extra}"
+        super().__init__(f"{where} needs {framework}{detail}. Install it with: {hint}")
         self.framework = framework
         self.extra = extra
         self.install_hint = hint

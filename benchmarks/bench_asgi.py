@@ -1,0 +1,171 @@
+"""ASGI middleware overhead and WebSocket containment latency; prints JSON.
+
+    python benchmarks/bench_asgi.py [--requests 20000] [--http-requests 3000] [--ws-runs 5]
+
+Per-request overhead of ``VeronicaASGIMiddleware`` against the bare app and against a minimal
+pass-through middleware that only sets/resets a ContextVar and wraps ``send`` to know whether the
+response started — (a) calling the middleware directly around a minimal ASGI app, (b) through
+httpx's ``ASGITransport``; plus the latency from the limit to the 1008 close frame on a real
+WebSocket (uvicorn + websockets on 127.0.0.1). Best of several rounds, to damp scheduler noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from contextvars import ContextVar
+from typing import Any
+
+import httpx
+
+from veronica_mw import ExecutionConfig, ExecutionContext
+from veronica_mw._demo_websocket import run_websocket_runaway
+from veronica_mw._types import ASGIApp, Message, Receive, Scope, Send
+from veronica_mw.asgi import VeronicaASGIMiddleware
+
+CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=20, max_retries_total=3, timeout_ms=0)
+_minimal_var: ContextVar[object] = ContextVar("minimal", default=None)
+_START: Message = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [(b"content-type", b"text/plain")],
+}
+_BODY: Message = {"type": "http.response.body", "body": b"ok", "more_body": False}
+
+
+async def bare_app(scope: Scope, receive: Receive, send: Send) -> None:
+    await send(_START)
+    await send(_BODY)
+
+
+class MinimalMiddleware:
+    """The reference: a ContextVar set/reset and a send wrapper tracking response start."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def wrapped(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        token = _minimal_var.set(object())
+        try:
+            await self.app(scope, receive, wrapped)
+        finally:
+            _minimal_var.reset(token)
+
+
+APPS: dict[str, ASGIApp] = {
+    "bare": bare_app,
+    "minimal": MinimalMiddleware(bare_app),
+    "veronica": VeronicaASGIMiddleware(bare_app, config=CONFIG),
+}
+
+
+async def _direct_round(app: ASGIApp, n: int) -> float:
+    scope: Scope = {"type": "http", "path": "/", "method": "GET", "headers": [], "query_string": b""}
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        return None
+
+    start = time.perf_counter()
+    for _ in range(n):
+        await app(scope, receive, send)
+    return (time.perf_counter() - start) / n
+
+
+async def _httpx_round(app: ASGIApp, n: int) -> float:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+        await client.get("/")  # warm-up
+        start = time.perf_counter()
+        for _ in range(n):
+            await client.get("/")
+        return (time.perf_counter() - start) / n
+
+
+def _summary(per_request: dict[str, float]) -> dict[str, Any]:
+    bare, minimal, veronica = per_request["bare"], per_request["minimal"], per_request["veronica"]
+    over_min, over_ver = minimal - bare, veronica - bare
+    return {
+        "per_request_us": {k: round(v * 1e6, 3) for k, v in per_request.items()},
+        "requests_per_s": {k: round(1 / v) for k, v in per_request.items()},
+        "overhead_us_vs_bare": {"minimal": round(over_min * 1e6, 3), "veronica": round(over_ver * 1e6, 3)},
+        "overhead_ratio_veronica_to_minimal": round(over_ver / over_min, 2) if over_min > 0 else None,
+    }
+
+
+async def _measure(kind: str, n: int, rounds: int) -> dict[str, Any]:
+    measure = _direct_round if kind == "direct" else _httpx_round
+    best = {name: float("inf") for name in APPS}
+    for _ in range(rounds):
+        for name, app in APPS.items():  # interleaved, so drift hits all three alike
+            best[name] = min(best[name], await measure(app, n))
+    return _summary(best)
+
+
+def _context_cost_us(rounds: int, n: int = 50_000) -> float:
+    """Best per-context cost of what the middleware does with the kernel: create, enter, exit."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(n):
+            with ExecutionContext(CONFIG):
+                pass
+        best = min(best, (time.perf_counter() - start) / n)
+    return best * 1e6
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=20_000, help="direct calls per round")
+    parser.add_argument("--http-requests", type=int, default=3_000, help="httpx requests per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--ws-runs", type=int, default=5)
+    args = parser.parse_args(argv)
+    latencies = []
+    for _ in range(args.ws_runs):
+        run = run_websocket_runaway()
+        assert run["close_code"] == 1008 and run["contained_ops"] == 10, run
+        latencies.append(run["latency_ms"])
+    direct = asyncio.run(_measure("direct", args.requests, args.rounds))
+    context_us = _context_cost_us(args.rounds)
+    overhead = direct["overhead_us_vs_bare"]
+    # The middleware's own work, i.e. without the kernel's per-request ExecutionContext.
+    own_us = overhead["veronica"] - context_us
+    result = {
+        "python": sys.version.split()[0],
+        "direct_call": direct,
+        "httpx_asgi_transport": asyncio.run(_measure("httpx", args.http_requests, args.rounds)),
+        "execution_context_create_enter_exit_us": round(context_us, 3),
+        "direct_call_overhead_without_context_us": round(own_us, 3),
+        "direct_call_ratio_without_context": round(own_us / overhead["minimal"], 2)
+        if overhead["minimal"] > 0
+        else None,
+        "websocket_limit_to_close_ms": {
+            "runs": args.ws_runs,
+            "median": round(statistics.median(latencies), 3),
+            "min": round(min(latencies), 3),
+            "max": round(max(latencies), 3),
+        },
+    }
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), indent=2))

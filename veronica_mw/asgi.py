@@ -1,0 +1,170 @@
+"""ASGI middleware: one :class:`ExecutionContext` per HTTP request and per WebSocket session.
+
+Usage (Starlette / FastAPI)::
+
+    app.add_middleware(VeronicaASGIMiddleware, config=ExecutionConfig(max_cost_usd=0.5, max_steps=20,
+                       max_retries_total=3, timeout_ms=30_000))
+
+or wrap any ASGI app (Django's ``get_asgi_application()`` included)::
+
+    application = VeronicaASGIMiddleware(get_asgi_application(), config=...)
+
+Inside the request, ``get_current_execution_context()`` returns the request's context from async
+endpoints, sync endpoints run in a threadpool, background tasks and streaming generators (they all
+run in copies of the request's ``contextvars`` context). What the client gets when a limit halts
+the request is described in :mod:`veronica_mw._asgi_http` (HTTP: 429 problem+json, or a cleanly
+ended stream) and :mod:`veronica_mw._asgi_websocket` (WebSocket: close 1008, or a refusal before
+accept). Lifespan and any other scope type pass through untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from ._asgi_http import HTTPExchange
+from ._asgi_websocket import WebSocketSession, refuse
+from ._types import ASGIApp, Receive, Scope, Send
+from ._web import (
+    Admission,
+    AsyncBudgetPool,
+    ConfigFactory,
+    ConfigResolver,
+    find_halt,
+    mark_active,
+    middleware_active,
+    pool_failure,
+    refusal_response,
+    reset_active,
+)
+from .circuit_breaker import CircuitBreaker
+from .config import ExecutionConfig
+from .execution import ExecutionContext
+
+__all__ = ["VeronicaASGIMiddleware"]
+
+
+class VeronicaASGIMiddleware:
+    """Contain every HTTP request and WebSocket session of an ASGI app in its own execution context.
+
+    ``config``: an :class:`ExecutionConfig`, or a callable of the ASGI scope returning one (per
+    route, tenant, header...) or None to leave that request uncontained. A callable that raises or
+    returns something else is logged and ``default_config`` applies (fail-closed
+    ``STRICT_DEFAULT`` — no model or tool call allowed — when not given).
+    ``exclude_paths``: paths left uncontained; entries ending in ``/`` are prefixes.
+    ``usage_headers``: add ``x-veronica-*`` usage headers to responses that start after the app
+    ran (off by default).
+    ``budget_pool``: a shared tenant budget; its ``aadmit(scope)`` may refuse the request before the
+    app runs, and its ledger becomes the context's budget parent.
+    ``circuit_breaker``: one breaker shared by every request's context (an upstream outage halts
+    requests with ``circuit_open`` and a ``Retry-After``).
+    Applied twice (wrapped and also added), the inner copy passes requests straight through.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        config: ExecutionConfig | ConfigFactory,
+        default_config: ExecutionConfig | None = None,
+        exclude_paths: Iterable[str] = (),
+        usage_headers: bool = False,
+        budget_pool: AsyncBudgetPool | None = None,
+        circuit_breaker: CircuitBreaker | None = None,
+    ) -> None:
+        self.app = app
+        self._resolver = ConfigResolver(config, default_config=default_config, exclude_paths=exclude_paths)
+        # The common case, one static config and no exclusions, skips resolution per request.
+        self._static = config if isinstance(config, ExecutionConfig) and not self._resolver.excludes else None
+        if budget_pool is not None and not callable(getattr(budget_pool, "aadmit", None)):
+            raise TypeError("budget_pool must have an async aadmit(scope) method")
+        self._pool = budget_pool
+        self._usage = bool(usage_headers)
+        self._breaker = circuit_breaker
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http" and not middleware_active():
+            await self._http(scope, receive, send)
+        elif kind == "websocket" and not middleware_active():
+            await self._websocket(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _admit(self, scope: Scope, path: str) -> Admission:
+        try:
+            return await self._pool.aadmit(scope)  # type: ignore[union-attr]
+        except Exception as exc:
+            return pool_failure(exc, path)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        config = self._static or self._resolver.resolve(scope, path)
+        if config is None:
+            await self.app(scope, receive, send)
+            return
+        extra: Sequence[tuple[bytes, bytes]] = ()
+        ledger = None
+        if self._pool is not None:
+            adm = await self._admit(scope, path)
+            if not adm.allowed:
+                status, headers, body = refusal_response(adm, config)
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+                return
+            extra, ledger = _encode(adm.headers), adm.ledger
+        ctx = ExecutionContext(config, circuit_breaker=self._breaker, budget_parent=ledger)
+        exchange = HTTPExchange(ctx, path, send, extra, self._usage)
+        flag = mark_active(True)
+        try:
+            with ctx:
+                await self.app(scope, receive, exchange.send)
+        except Exception as exc:
+            halt = find_halt(exc)
+            if halt is None:
+                await exchange.finish_failed()
+                raise
+            # The halt is the request's answer, not a server error: it ends here.
+            await exchange.finish_halted(halt)
+        else:
+            if not exchange.finished:  # fast path: a complete response needs no decision
+                await exchange.finish()
+        finally:
+            reset_active(flag)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        config = self._resolver.resolve(scope, path)
+        if config is None:
+            await self.app(scope, receive, send)
+            return
+        extra: Sequence[tuple[bytes, bytes]] = ()
+        ledger = None
+        if self._pool is not None:
+            adm = await self._admit(scope, path)
+            if not adm.allowed:
+                await refuse(scope, send, refusal_response(adm, config), adm.reason)
+                return
+            extra, ledger = _encode(adm.headers), adm.ledger
+        ctx = ExecutionContext(config, circuit_breaker=self._breaker, budget_parent=ledger)
+        session = WebSocketSession(ctx, scope, receive, send, extra)
+        flag = mark_active(True)
+        try:
+            with ctx:
+                session.arm()
+                try:
+                    await self.app(scope, session.receive, session.send)
+                except Exception as exc:
+                    halt = find_halt(exc)
+                    if halt is None:
+                        await session.finish()
+                        raise
+                    await session.finish(halt)
+                else:
+                    await session.finish()
+        finally:
+            session.release()
+            reset_active(flag)
+
+
+def _encode(headers: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
