@@ -289,3 +289,57 @@ def _raise(exc: BaseException) -> None:
 
 def _state(breaker: CircuitBreaker) -> str:
     return breaker.state.value
+
+
+def test_pending_context_is_built_once_on_first_use() -> None:
+    from veronica_mw.context import PendingContext, current_context
+
+    built: list[ExecutionContext] = []
+
+    def factory() -> ExecutionContext:
+        built.append(ExecutionContext(cfg(max_steps=1)))
+        return built[-1]
+
+    pending = PendingContext(factory)
+    token = current_context.set(pending)
+    try:
+        assert built == [] and pending.ctx is None
+        seen: list[Any] = []
+        run = contextvars.copy_context().run
+        threads = [
+            threading.Thread(target=lambda: run(lambda: seen.append(get_current_execution_context())))
+            for _ in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(built) == 1 and seen == [built[0]] * 8
+        assert ContextBinding().resolve() is built[0]
+    finally:
+        current_context.reset(token)
+    assert get_current_execution_context() is None
+
+
+def test_arm_counts_the_deadline_from_the_given_start() -> None:
+    import time
+
+    ctx = ExecutionContext(cfg(timeout_ms=50))
+    ctx.arm(started=time.monotonic() - 1.0)  # the request began a second ago
+    assert ctx.wrap_llm_call(lambda: None) is Decision.HALT
+    assert ctx.abort_reason == "timeout"
+    ctx.disarm()
+    fresh = ExecutionContext(cfg(timeout_ms=60_000)).arm()
+    assert fresh.wrap_llm_call(lambda: None) is Decision.ALLOW
+    fresh.disarm()
+    fresh.disarm()  # idempotent
+
+
+def test_cancellation_token_created_late_still_reports_and_cancelling_it_halts() -> None:
+    ctx = ExecutionContext(cfg(max_steps=0))
+    assert ctx.wrap_tool_call(lambda: None) is Decision.HALT
+    assert ctx.cancellation_token.reason == "step_limit"  # built after the halt, already cancelled
+    other = ExecutionContext(cfg())
+    other.cancellation_token.cancel("cancelled", "from outside")
+    assert other.abort_reason == "cancelled"
+    assert other.wrap_tool_call(lambda: None) is Decision.HALT

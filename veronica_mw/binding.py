@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from .config import ExecutionConfig
-from .context import current_context
+from .context import get_current_execution_context
 from .execution import ExecutionContext
 
 
@@ -36,7 +36,7 @@ class ContextBinding:
     def resolve(self) -> ExecutionContext | None:
         if self._explicit is not None:
             return self._explicit
-        current = current_context.get()
+        current = get_current_execution_context()
         if current is not None:
             return current
         if self._config is None:

@@ -26,7 +26,7 @@ from ._ledger import Ledger
 from .cancellation import CancellationToken
 from .circuit_breaker import CircuitBreaker
 from .config import DEFAULT_OPTIONS, ExecutionConfig, WrapOptions
-from .context import current_context
+from .context import PendingContext, current_context
 from .exceptions import ExecutionHalted
 from .graph import CallNode, ExecutionGraph
 from .policy import PolicyPipeline
@@ -146,7 +146,7 @@ class ExecutionContext(Ledger, CallAPI):
         self._open_keys: dict[Hashable, CallNode] | None = None
         self._pool = timeout_pool
         self._timer: TimeoutHandle | None = None
-        self._var_tokens: list[Token[ExecutionContext | None]] | None = None
+        self._var_tokens: list[Token[ExecutionContext | PendingContext | None]] | None = None
         self._armed = False
         self._started = time.monotonic()
         self._deadline = self._started + config.timeout_ms / 1000.0 if config.timeout_ms else 0.0
@@ -154,14 +154,7 @@ class ExecutionContext(Ledger, CallAPI):
     # -- lifecycle -------------------------------------------------------------------------------
 
     def __enter__(self) -> ExecutionContext:
-        if not self._armed:
-            # The deadline counts from the first entry, not from construction.
-            self._armed = True
-            self._started = time.monotonic()
-            if self._deadline:
-                self._deadline = self._started + self.config.timeout_ms / 1000.0
-                pool = self._pool or SharedTimeoutPool.default()
-                self._timer = pool.schedule(self._deadline, self._on_deadline)
+        self.arm()
         token = current_context.set(self)
         if self._var_tokens is None:
             self._var_tokens = [token]
@@ -176,9 +169,29 @@ class ExecutionContext(Ledger, CallAPI):
         if not tokens:
             raise RuntimeError("ExecutionContext exited more often than it was entered")
         current_context.reset(tokens.pop())
-        if not tokens and self._timer is not None:
-            (self._pool or SharedTimeoutPool.default()).cancel(self._timer)
+        if not tokens:
+            self.disarm()
+
+    def arm(self, started: float | None = None) -> ExecutionContext:
+        """Start the clock (once): the deadline counts from ``started`` (a ``time.monotonic()``
+        value, default now) and the shared timeout pool fires it. ``with`` does this on entry;
+        middlewares that build a context lazily pass the request's start time."""
+        if not self._armed:
+            self._armed = True
+            self._started = time.monotonic() if started is None else started
+            if self._deadline:
+                self._deadline = self._started + self.config.timeout_ms / 1000.0
+                pool = self._pool or SharedTimeoutPool.default()
+                self._timer = pool.schedule(self._deadline, self._on_deadline)
+        return self
+
+    def disarm(self) -> None:
+        """Remove the pending deadline from the timeout pool (the context left its scope). New
+        calls still halt once the deadline has passed; only the pool entry goes."""
+        timer = self._timer
+        if timer is not None:
             self._timer = None
+            (self._pool or SharedTimeoutPool.default()).cancel(timer)
 
     async def __aenter__(self) -> ExecutionContext:
         return self.__enter__()

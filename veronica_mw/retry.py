@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._validate import check_int, check_number
-from .context import current_context
+from .context import get_current_execution_context
 from .exceptions import ExecutionHalted
 from .policy import PolicyContext, PolicyDecision
 
@@ -66,7 +66,7 @@ class RetryContainer:
 
     def _after_failure(self, exc: Exception, attempt: int) -> None:
         """Decide whether another attempt may run; raise if not."""
-        ctx = current_context.get()
+        ctx = get_current_execution_context()
         if ctx is not None:
             if getattr(exc, "__veronica_recorded__", None) != ctx.chain_id:
                 ctx.record_retry(exc)
