@@ -5,16 +5,19 @@ from __future__ import annotations
 from .asgi import VeronicaASGIMiddleware
 from .binding import ContextBinding
 from .budget import BudgetEnforcer
+from .budget_pool import BudgetPool, LocalBudgetBackend
 from .cancellation import CancellationToken
 from .circuit_breaker import CircuitBreaker, CircuitState
 from .config import ExecutionConfig, WrapOptions
 from .context import get_current_execution_context
+from .distributed_breaker import DistributedCircuitBreaker
 from .exceptions import ExecutionHalted, MissingFrameworkError
 from .execution import BudgetParent, ExecutionContext
 from .graph import CallNode, ExecutionGraph
 from .policy import PolicyContext, PolicyDecision, PolicyPipeline, RuntimePolicy
 from .pricing import TokenUsage
 from .reasons import CallKind, Decision, HaltReason
+from .redis_backend import RedisBudgetBackend
 from .retry import RetryContainer
 from .snapshot import ExecutionEvent, ExecutionSnapshot
 from .step_guard import AgentStepGuard
@@ -27,6 +30,7 @@ __all__ = [
     "AgentStepGuard",
     "BudgetEnforcer",
     "BudgetParent",
+    "BudgetPool",
     "CallKind",
     "CallNode",
     "CancellationToken",
@@ -34,6 +38,7 @@ __all__ = [
     "CircuitState",
     "ContextBinding",
     "Decision",
+    "DistributedCircuitBreaker",
     "ExecutionConfig",
     "ExecutionContext",
     "ExecutionEvent",
@@ -41,10 +46,12 @@ __all__ = [
     "ExecutionHalted",
     "ExecutionSnapshot",
     "HaltReason",
+    "LocalBudgetBackend",
     "MissingFrameworkError",
     "PolicyContext",
     "PolicyDecision",
     "PolicyPipeline",
+    "RedisBudgetBackend",
     "RetryContainer",
     "RuntimePolicy",
     "SharedTimeoutPool",

@@ -1,0 +1,269 @@
+"""Tenant budget pool throughput; prints JSON. ``python benchmarks/bench_budget.py [--quick] [--redis-url U]``
+
+1. ``round_trips_per_s``: reserve + commit pairs per second through a pool ledger (exactly what the
+   kernel does around each call), in-process backend vs Redis on 127.0.0.1, from 1 and from 4
+   processes (4 processes: the sum of all four; with the in-process backend each process has its own
+   pool, with Redis they share one tenant bucket).
+2. ``fastapi_requests_per_s``: a FastAPI endpoint making one (instant) model call, served by one
+   uvicorn worker and driven over 32 keep-alive sockets by a minimal asyncio HTTP client: bare app, middleware
+   without a pool, middleware + in-process pool, middleware + Redis pool. The client runs on the same
+   machine, so absolute figures are a floor; the ratios are what to read.
+
+Without ``--redis-url`` a private ``redis-server`` is started on a free port (the binary must exist).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import httpx
+
+from veronica_mw import ExecutionConfig, WrapOptions, get_current_execution_context
+from veronica_mw.budget_pool import BudgetPool
+from veronica_mw.redis_backend import RedisBudgetBackend
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _pool(redis_url: str | None) -> BudgetPool:
+    backend = RedisBudgetBackend(redis_url) if redis_url else None
+    return BudgetPool(1e6, window_s="day", key_func=str, backend=backend, name="bench")
+
+
+def _round_trips(redis_url: str | None, seconds: float, tenant: str) -> int:
+    ledger = _pool(redis_url).ledger(tenant)
+    done = 0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for _ in range(50):
+            if not ledger.reserve(0.001):
+                raise RuntimeError("benchmark pool refused a reservation")
+            ledger.settle(0.001, 0.001)
+        done += 50
+    return done
+
+
+def _worker(args: tuple[str | None, float, str, Any]) -> int:
+    redis_url, seconds, tenant, start_at = args
+    time.sleep(max(0.0, start_at - time.time()))
+    return _round_trips(redis_url, seconds, tenant)
+
+
+def round_trips(redis_url: str | None, processes: int, seconds: float) -> float:
+    if processes == 1:
+        _round_trips(redis_url, min(0.2, seconds), "warmup")
+        return _round_trips(redis_url, seconds, f"t1-{time.time()}") / seconds
+    ctx = multiprocessing.get_context("spawn")
+    start_at = time.time() + 1.5  # past every child's import time
+    with ctx.Pool(processes) as pool:
+        counts = pool.map(_worker, [(redis_url, seconds, f"t4-{start_at}", start_at)] * processes)
+    return sum(counts) / seconds
+
+
+# -- the FastAPI app (built in the uvicorn subprocess from BENCH_MODE / BENCH_REDIS_URL) ---------------
+
+
+def make_app() -> Any:
+    from fastapi import FastAPI
+
+    from veronica_mw.asgi import VeronicaASGIMiddleware
+
+    mode = os.environ["BENCH_MODE"]
+    app = FastAPI()
+    options = WrapOptions(cost_estimate_hint=0.001, cost_fn=lambda r: 0.001)
+
+    @app.get("/chat")
+    async def chat() -> dict[str, str]:
+        ctx = get_current_execution_context()
+        if ctx is not None:
+            await ctx.acall_llm(lambda: "ok", options=options)
+        return {"reply": "ok"}
+
+    if mode == "bare":
+        return app
+    config = ExecutionConfig(max_cost_usd=1.0, max_steps=10, max_retries_total=0)
+    pool = None
+    if mode != "middleware":
+        url = os.environ.get("BENCH_REDIS_URL") if mode == "redis_pool" else None
+        pool = BudgetPool(
+            1e6,
+            window_s="day",
+            key_func=lambda scope: "bench-tenant",
+            backend=RedisBudgetBackend(url) if url else None,
+            name="benchweb",
+        )
+    return VeronicaASGIMiddleware(app, config=config, budget_pool=pool)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _drive(url: str, seconds: float, concurrency: int) -> int:
+    """Keep-alive GET /chat on ``concurrency`` raw connections; returns the responses counted.
+
+    A hand-rolled HTTP/1.1 loop: an httpx client needs several times the server's CPU per request,
+    so with it this benchmark would measure the client.
+    """
+    host, port = url.removeprefix("http://").split(":")
+    request = f"GET /chat HTTP/1.1\r\nhost: {host}\r\n\r\n".encode()
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def loop() -> None:
+        nonlocal done
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            while time.perf_counter() < deadline:
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                if not head.startswith(b"HTTP/1.1 200"):
+                    raise RuntimeError(f"benchmark request failed: {head[:40]!r}")
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                done += 1
+        finally:
+            writer.close()
+            await writer.wait_closed()
+
+    await asyncio.gather(*(loop() for _ in range(concurrency)))
+    return done
+
+
+class Server:
+    """One single-worker uvicorn process serving :func:`make_app` in ``mode``."""
+
+    def __init__(self, mode: str, redis_url: str) -> None:
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "BENCH_MODE": mode, "BENCH_REDIS_URL": redis_url}
+        args = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bench_budget:make_app",
+            "--factory",
+            "--app-dir",
+            HERE,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ]
+        self.proc = subprocess.Popen(args, env=env)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(self.url + "/chat", timeout=1).raise_for_status()
+                return
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    raise RuntimeError("uvicorn did not start") from None
+                time.sleep(0.05)
+
+    def rps(self, seconds: float) -> float:
+        return asyncio.run(_drive(self.url, seconds, 32)) / seconds
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def _start_redis(directory: str) -> tuple[subprocess.Popen[bytes], str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server not found: install it or pass --redis-url")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            directory,
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, f"redis://127.0.0.1:{port}/0"
+        except OSError:
+            time.sleep(0.02)
+    raise SystemExit("redis-server did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (smoke test)")
+    parser.add_argument("--redis-url", default=None)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is kept")
+    opts = parser.parse_args()
+    seconds = 0.5 if opts.quick else 2.0
+    rounds = 1 if opts.quick else opts.rounds
+    redis_proc = None
+    trips: dict[str, float] = {}
+    rps: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        redis_url = opts.redis_url
+        if redis_url is None:
+            redis_proc, redis_url = _start_redis(tmp)
+        servers = {
+            mode: Server(mode, redis_url) for mode in ("bare", "middleware", "local_pool", "redis_pool")
+        }
+        try:
+            for _ in range(rounds):  # interleaved, best of: background load hits every figure alike
+                for name, url, procs in (
+                    ("in_process", None, 1),
+                    ("in_process", None, 4),
+                    ("redis", redis_url, 1),
+                    ("redis", redis_url, 4),
+                ):
+                    key = f"{name}_{procs}_proc{'s' if procs > 1 else ''}"
+                    trips[key] = max(trips.get(key, 0.0), round_trips(url, procs, seconds))
+                for mode, server in servers.items():
+                    rps[mode] = max(rps.get(mode, 0.0), server.rps(seconds))
+        finally:
+            for server in servers.values():
+                server.stop()
+            if redis_proc is not None:
+                redis_proc.terminate()
+                redis_proc.wait(10)
+    result = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "seconds_per_figure": seconds,
+        "rounds": rounds,
+        "round_trips_per_s": {k: round(v) for k, v in trips.items()},
+        "fastapi_requests_per_s": {k: round(v) for k, v in rps.items()},
+        "redis_pool_vs_no_pool": round(rps["redis_pool"] / rps["middleware"], 3),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
