@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import veronica_mw.adapters.langchain  # noqa: F401  (zero-config: registers the LangChain hook)
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 
+import veronica_mw.adapters.langchain  # noqa: F401  (zero-config: registers the LangChain hook)
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
 
 USAGE: Any = {"input_tokens": 1000, "output_tokens": 500, "total_tokens": 1500}

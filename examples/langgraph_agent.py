@@ -23,10 +23,10 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 from typing_extensions import TypedDict
-from veronica_mw.adapters.langchain import VeronicaAgentMiddleware
-from veronica_mw.adapters.langgraph import veronica_graph
 
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw.adapters.langchain import VeronicaAgentMiddleware
+from veronica_mw.adapters.langgraph import veronica_graph
 
 
 class LoopingModel(BaseChatModel):

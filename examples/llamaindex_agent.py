@@ -26,9 +26,9 @@ from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.callbacks import llm_completion_callback
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
-from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler
 
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler
 
 
 def always_the_weather_tool(messages: Sequence[ChatMessage], **kwargs: Any) -> ChatMessage:

@@ -37,7 +37,9 @@ def main(argv: list[str]) -> int:
         status = subprocess.call(cmd, cwd=tmp, env=env)
         if extra:
             status |= subprocess.call(
-                [sys.executable, "-m", "mypy", "--strict", "--explicit-package-bases", *extra], cwd=ROOT, env=env
+                [sys.executable, "-m", "mypy", "--strict", "--explicit-package-bases", *extra],
+                cwd=ROOT,
+                env=env,
             )
         return status
 

@@ -14,9 +14,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool, tool
-from veronica_mw.adapters.langchain import VeronicaAgentMiddleware, VeronicaCallbackHandler
 
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw.adapters.langchain import VeronicaAgentMiddleware, VeronicaCallbackHandler
 
 MODEL = "gpt-4o"
 PRICE = float(calc_price(Usage(input_tokens=1000, output_tokens=500), model_ref=MODEL).total_price)

@@ -14,10 +14,10 @@ from langchain_core.language_models.fake_chat_models import FakeMessagesListChat
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.tools import tool
-from veronica_mw.adapters import langchain as vlc
-from veronica_mw.adapters.langchain import VeronicaCallbackHandler
 
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw.adapters import langchain as vlc
+from veronica_mw.adapters.langchain import VeronicaCallbackHandler
 
 MODEL = "gpt-4o"
 USAGE: Any = {"input_tokens": 1000, "output_tokens": 500, "total_tokens": 1500}

@@ -15,10 +15,10 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
-from veronica_mw.adapters import langchain as vlc
-from veronica_mw.adapters.langchain import VeronicaCallbackHandler
 
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw.adapters import langchain as vlc
+from veronica_mw.adapters.langchain import VeronicaCallbackHandler
 
 MODEL = "gpt-4o"
 USAGE: Any = {"input_tokens": 1000, "output_tokens": 500, "total_tokens": 1500}

@@ -9,9 +9,9 @@ from langgraph.errors import NodeError
 from langgraph.graph import START, StateGraph
 from langgraph.types import Command
 from typing_extensions import TypedDict
-from veronica_mw.adapters.langgraph import veronica_graph
 
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw.adapters.langgraph import veronica_graph
 
 
 def limits(**kwargs: Any) -> ExecutionConfig:

@@ -13,9 +13,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import RetryPolicy
 from typing_extensions import TypedDict
-from veronica_mw.adapters.langgraph import veronica_graph, veronica_node
 
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw.adapters.langgraph import veronica_graph, veronica_node
 
 
 class LoopState(TypedDict):

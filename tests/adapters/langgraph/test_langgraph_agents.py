@@ -11,7 +11,6 @@ from typing import Annotated, Any
 import httpx
 import pytest
 import uvicorn
-import veronica_mw.adapters.langchain  # noqa: F401  (registers zero-config binding)
 from fastapi import FastAPI
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -23,9 +22,10 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 from typing_extensions import TypedDict
-from veronica_mw.adapters.langgraph import veronica_graph
 
+import veronica_mw.adapters.langchain  # noqa: F401  (registers zero-config binding)
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw.adapters.langgraph import veronica_graph
 from veronica_mw.asgi import VeronicaASGIMiddleware
 
 

@@ -9,10 +9,10 @@ import anyio
 import pytest
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ToolCallResult
 from llama_index.core.tools import FunctionTool
-from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler
 from workflows.events import WorkflowFailedEvent
 
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler
 
 from .fakes import Counter, looping_llm, ping_tool
 

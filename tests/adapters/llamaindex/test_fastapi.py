@@ -15,9 +15,9 @@ import uvicorn
 from fastapi import FastAPI
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ChatMessage
-from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler
 
 from veronica_mw import ExecutionConfig
+from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler
 from veronica_mw.asgi import VeronicaASGIMiddleware
 
 from .fakes import Counter, UsageLLM, looping_llm, ping_tool

@@ -9,9 +9,9 @@ from llama_index.core.agent.workflow import AgentWorkflow, BaseWorkflowAgent
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
-from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler
 
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler
 
 from .fakes import UsageLLM
 

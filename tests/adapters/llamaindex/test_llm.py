@@ -11,9 +11,9 @@ import pytest
 from genai_prices import Usage, calc_price
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.llms.mock import MockLLM
-from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler
 
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler
 
 from .fakes import MODEL, UsageLLM
 

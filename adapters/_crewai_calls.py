@@ -1,0 +1,135 @@
+"""Which installed ``VeronicaCrewAIHooks`` own a CrewAI call, and that call's kernel nodes.
+
+CrewAI's hooks are process-wide, so every installed instance sees every crew's calls. The owner
+is decided per call: inside ``with hooks:`` (a ContextVar, which CrewAI copies into the threads
+and tasks it starts) only that instance; elsewhere each instance installed with ``install()``.
+Each owner resolves its context with the usual binding rule, and a call is begun once per
+distinct context. Imported only by :mod:`veronica_mw.adapters.crewai`, after its framework gate.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+from crewai.hooks import HookAborted
+
+from .. import CallNode, ContextBinding, ExecutionContext, ExecutionHalted, TokenUsage, WrapOptions
+
+
+class CrewExecutionHalted(ExecutionHalted, HookAborted):
+    """The halt as CrewAI sees it: an ``ExecutionHalted`` that is also CrewAI's ``HookAborted``,
+    the one exception CrewAI lets out of a hook, never retries, and re-raises out of ``kickoff``."""
+
+    def __init__(
+        self, reason: str, snapshot: Any = None, partial_result: Any = None, detail: str = ""
+    ) -> None:
+        ExecutionHalted.__init__(self, reason, snapshot, partial_result, detail)
+        self.source: Any = None  # HookAborted's field; CrewAI fills in the hook
+
+
+def crew_halt(halted: ExecutionHalted) -> CrewExecutionHalted:
+    return CrewExecutionHalted(halted.reason, halted.snapshot, halted.partial_result, halted.detail)
+
+
+class Owner(Protocol):
+    binding: ContextBinding
+    serves_globally: bool
+    llm_cost_hint: float
+    tool_cost_hint: float
+
+
+lock = threading.RLock()
+installed: list[Owner] = []
+# (owner, previous value) while inside ``with hooks:`` -- a chain rather than reset tokens, so
+# one instance can be entered concurrently from several threads and tasks.
+scope: ContextVar[tuple[Owner, Any] | None] = ContextVar("veronica_crewai_scope", default=None)
+
+
+def owners() -> list[tuple[Owner, ExecutionContext]]:
+    current = scope.get()
+    candidates = list(installed)
+    if current is not None and current[0] in candidates:
+        candidates = [current[0]]
+    else:
+        candidates = [owner for owner in candidates if owner.serves_globally]
+    found: list[tuple[Owner, ExecutionContext]] = []
+    for owner in candidates:
+        ctx = owner.binding.resolve()
+        if ctx is not None and all(ctx is not seen for _, seen in found):
+            found.append((owner, ctx))
+    return found
+
+
+def raise_if_halted() -> None:
+    """Stop the crew (as CrewExecutionHalted) if a context owning this flow has halted."""
+    for _, ctx in owners():
+        if ctx.aborted:
+            raise crew_halt(ctx.halted_error())
+
+
+class Call:
+    """The kernel nodes of one model or tool call, one per owning context.
+
+    ``state``: ``pending`` (begun by a before hook), ``running`` (inside the LLM wrapper),
+    ``done`` (settled). ``wrapped``: the LLM class is wrapped, so a pending call that never
+    became running provably never ran.
+    """
+
+    __slots__ = ("nodes", "state", "wrapped")
+
+    def __init__(self, nodes: list[CallNode]) -> None:
+        self.nodes = nodes
+        self.state = "pending"
+        self.wrapped = False
+
+    def commit(self, result: Any, usage: TokenUsage | None = None) -> None:
+        self.state = "done"
+        for node in self.nodes:
+            node.commit(result, usage=usage)
+
+    def fail(self, exc: BaseException) -> None:
+        self.state = "done"
+        for node in self.nodes:
+            node.fail(exc)
+
+    def release(self) -> None:
+        self.state = "done"
+        for node in self.nodes:
+            node.release()
+
+
+def _options(owner: Owner, kind: str, name: str, llm: Any) -> WrapOptions:
+    model = getattr(llm, "model", None) if llm is not None else None
+    provider = None
+    if isinstance(model, str) and "/" in model:  # LiteLLM style "openai/gpt-4o": provider + model
+        provider, model = model.split("/", 1)
+    return WrapOptions(
+        operation_name=f"crewai.{kind}:{name}",
+        cost_estimate_hint=owner.llm_cost_hint if kind == "llm" else owner.tool_cost_hint,
+        model=model if isinstance(model, str) and model else None,
+        provider=provider,
+    )
+
+
+def begin(kind: str, name: str, llm: Any = None) -> Call | None:
+    """Begin the call in every owning context (None: uncontained); on a halt, give back what was
+    begun and raise :class:`CrewExecutionHalted`, so the call does not run."""
+    found = owners()
+    if not found:
+        return None
+    nodes: list[CallNode] = []
+    for owner, ctx in found:
+        try:
+            nodes.append(ctx.begin_call(kind, _options(owner, kind, name, llm)))
+        except ExecutionHalted as halted:
+            for node in nodes:
+                node.release()
+            raise crew_halt(halted) from None
+    return Call(nodes)
+
+
+# The call in flight in this thread/task: hooks, LLM wrapper and tool run share one context there.
+llm_call: ContextVar[Call | None] = ContextVar("veronica_crewai_llm_call", default=None)
+tool_call: ContextVar[Call | None] = ContextVar("veronica_crewai_tool_call", default=None)
