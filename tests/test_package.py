@@ -63,3 +63,6 @@ def test_demo_cli_json() -> None:
     rows = {row["scenario"]: row for row in json.loads(out.stdout)["scenarios"]}
     assert rows["retry_amplification"]["veronica_ops"] == 6
     assert rows["recursive_tools"]["veronica_ops"] == 5
+    # The test extra brings uvicorn and websockets, so the WebSocket scenario really runs here.
+    assert (rows["websocket_runaway"]["baseline_ops"], rows["websocket_runaway"]["veronica_ops"]) == (100, 10)
+    assert rows["websocket_runaway"]["detail"]["close_code"] == 1008
