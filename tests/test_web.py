@@ -15,15 +15,14 @@ from veronica_mw._web import (
     STRICT_DEFAULT,
     ConfigResolver,
     find_halt,
-    mark_active,
     middleware_active,
     pool_failure,
     problem_response,
     refusal_response,
-    reset_active,
     retry_after_header,
     usage_headers,
 )
+from veronica_mw.context import PendingContext, current_context
 
 # The builtin on 3.11+, the backport anyio brings on 3.10 (mypy checks this file as 3.10 code).
 EXCEPTION_GROUP: Any = (
@@ -223,13 +222,15 @@ def test_resolver_rejects_bad_options(kwargs: dict[str, Any], error: type[Except
 # -- guard and pool helpers ----------------------------------------------------------------------------
 
 
-def test_applied_twice_guard_flag() -> None:
+def test_applied_twice_guard_is_a_request_pending_context_in_the_contextvar() -> None:
     assert not middleware_active()
-    token = mark_active(True)
+    with ExecutionContext(CONFIG):  # a context the user entered is not a request's
+        assert not middleware_active()
+    token = current_context.set(PendingContext(lambda: ExecutionContext(CONFIG)))
     try:
         assert middleware_active()
     finally:
-        reset_active(token)
+        current_context.reset(token)
     assert not middleware_active()
 
 

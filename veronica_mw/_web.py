@@ -12,11 +12,11 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import ExecutionConfig
+from .context import PendingContext, current_context
 from .exceptions import ExecutionHalted
 
 if TYPE_CHECKING:
@@ -254,25 +254,16 @@ class ConfigResolver:
         return self._default
 
 
-# -- applied-twice guard ----------------------------------------------------------------------------
+def middleware_active() -> bool:
+    """True while a veronica-mw middleware handles the current request.
 
-# Set by the outermost middleware for the duration of a request; an inner copy (the user wrapped
-# the app and also added the middleware) sees it and passes the request straight through, so the
-# request has one context, one 429 and one count of every step.
-_active: ContextVar[bool] = ContextVar("veronica_mw_middleware_active", default=False)
-
-ENVIRON_KEY = "veronica_mw.context"
-"""WSGI environ key (and ASGI scope key) under which the middleware publishes the request's context."""
-
-
-middleware_active = _active.get
-"""``middleware_active()`` is True while a veronica-mw middleware handles the current request
-(the ContextVar's own ``get``, bound once: it runs on every request)."""
-
-
-mark_active = _active.set
-"""``token = mark_active(True)`` at request start; ``reset_active(token)`` in ``finally``."""
-reset_active = _active.reset
+    Every middleware puts the request's :class:`~veronica_mw.context.PendingContext` in the context
+    ContextVar for the duration of the request, and nothing else puts one there: an inner copy (the
+    user wrapped the app and also added the middleware) sees it and passes the request straight
+    through, so the request has one context, one 429 and one count of every step. A context the
+    user entered (``with ExecutionContext(...)``) is not a request's and does not count.
+    """
+    return isinstance(current_context.get(), PendingContext)
 
 
 # -- the budget-pool hook ---------------------------------------------------------------------------

@@ -11,10 +11,12 @@ or wrap any ASGI app (Django's ``get_asgi_application()`` included)::
 
 Inside the request, ``get_current_execution_context()`` returns the request's context from async
 endpoints, sync endpoints run in a threadpool, background tasks and streaming generators (they all
-run in copies of the request's ``contextvars`` context). What the client gets when a limit halts
-the request is described in :mod:`veronica_mw._asgi_http` (HTTP: 429 problem+json, or a cleanly
-ended stream) and :mod:`veronica_mw._asgi_websocket` (WebSocket: close 1008, or a refusal before
-accept). Lifespan and any other scope type pass through untouched.
+run in copies of the request's ``contextvars`` context). An HTTP request's context is built the
+first time something asks for it, its deadline counted from the request start, so a request that
+makes no model or tool call costs little more than a bare one. What the client gets when a limit
+halts the request is described in :mod:`veronica_mw._asgi_http` (HTTP: 429 problem+json, or a
+cleanly ended stream) and :mod:`veronica_mw._asgi_websocket` (WebSocket: close 1008, or a refusal
+before accept). Lifespan and any other scope type pass through untouched.
 """
 
 from __future__ import annotations
@@ -30,17 +32,18 @@ from ._web import (
     ConfigFactory,
     ConfigResolver,
     find_halt,
-    mark_active,
     middleware_active,
     pool_failure,
     refusal_response,
-    reset_active,
 )
 from .circuit_breaker import CircuitBreaker
 from .config import ExecutionConfig
+from .context import PendingContext, current_context
 from .execution import ExecutionContext
 
 __all__ = ["VeronicaASGIMiddleware"]
+
+_current = current_context.get
 
 
 class VeronicaASGIMiddleware:
@@ -83,7 +86,8 @@ class VeronicaASGIMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if kind == "http" and not middleware_active():
+        # The applied-twice guard (see ``middleware_active``), inlined: it runs on every request.
+        if kind == "http" and not isinstance(_current(), PendingContext):
             await self._http(scope, receive, send)
         elif kind == "websocket" and not middleware_active():
             await self._websocket(scope, receive, send)
@@ -112,12 +116,18 @@ class VeronicaASGIMiddleware:
                 await send({"type": "http.response.body", "body": body, "more_body": False})
                 return
             extra, ledger = _encode(adm.headers), adm.ledger
-        ctx = ExecutionContext(config, circuit_breaker=self._breaker, budget_parent=ledger)
-        exchange = HTTPExchange(ctx, path, send, extra, self._usage)
-        flag = mark_active(True)
+        exchange = HTTPExchange(config, self._breaker, ledger, path, send, extra, self._usage)
+        # The request's context is built on first use: most requests never make a model or tool call.
+        token = current_context.set(exchange)
         try:
-            with ctx:
+            try:
                 await self.app(scope, receive, exchange.send)
+            finally:
+                exchange.live = False
+                current_context.reset(token)
+                ctx = exchange.ctx
+                if ctx is not None:
+                    ctx.disarm()
         except Exception as exc:
             halt = find_halt(exc)
             if halt is None:
@@ -128,8 +138,6 @@ class VeronicaASGIMiddleware:
         else:
             if not exchange.finished:  # fast path: a complete response needs no decision
                 await exchange.finish()
-        finally:
-            reset_active(flag)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
@@ -145,25 +153,30 @@ class VeronicaASGIMiddleware:
                 await refuse(scope, send, refusal_response(adm, config), adm.reason)
                 return
             extra, ledger = _encode(adm.headers), adm.ledger
-        ctx = ExecutionContext(config, circuit_breaker=self._breaker, budget_parent=ledger)
+        # Built and armed now: every data message is a step anyway, and the deadline must fire
+        # while the app waits in receive(). Held in a (resolved) PendingContext like an HTTP
+        # request's: that is what tells an inner copy of the middleware the session is ours.
+        ctx = ExecutionContext(config, circuit_breaker=self._breaker, budget_parent=ledger).arm()
+        pending = PendingContext(lambda: ctx)
+        pending.resolve()
         session = WebSocketSession(ctx, scope, receive, send, extra)
-        flag = mark_active(True)
+        token = current_context.set(pending)
         try:
-            with ctx:
-                session.arm()
-                try:
-                    await self.app(scope, session.receive, session.send)
-                except Exception as exc:
-                    halt = find_halt(exc)
-                    if halt is None:
-                        await session.finish()
-                        raise
-                    await session.finish(halt)
-                else:
+            session.arm()
+            try:
+                await self.app(scope, session.receive, session.send)
+            except Exception as exc:
+                halt = find_halt(exc)
+                if halt is None:
                     await session.finish()
+                    raise
+                await session.finish(halt)
+            else:
+                await session.finish()
         finally:
+            current_context.reset(token)
+            ctx.disarm()
             session.release()
-            reset_active(flag)
 
 
 def _encode(headers: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

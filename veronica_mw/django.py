@@ -32,11 +32,9 @@ except ImportError as _exc:  # pragma: no cover - exercised by the missing-frame
 from ._web import (
     ConfigResolver,
     find_halt,
-    mark_active,
     middleware_active,
     pool_failure,
     refusal_response,
-    reset_active,
     usage_headers,
 )
 from ._wsgi_scope import END, Headers, RequestScope, halt_refusal, next_in_context, wsgi_headers
@@ -190,18 +188,15 @@ class VeronicaMiddleware:
                 return _problem(status, wsgi_headers(raw), body)
             extra = [(str(name), str(value)) for name, value in adm.headers]
             ledger = adm.ledger
-        ctx = ExecutionContext(config, circuit_breaker=self._breaker, budget_parent=ledger)
-        meta[ENVIRON_KEY] = ctx
-        scope = RequestScope(ctx, path)
-        token = current_context.set(ctx)
-        active = mark_active(True)
+        scope = RequestScope(config, self._breaker, ledger, path)
+        meta[ENVIRON_KEY] = scope.ctx
+        token = current_context.set(scope)
         try:
             response = self.get_response(request)
         except BaseException:
             scope.end()
             raise
         finally:
-            reset_active(active)
             current_context.reset(token)
         return self._finish(scope, response, extra)
 

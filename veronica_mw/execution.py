@@ -176,7 +176,11 @@ class ExecutionContext(Ledger, CallAPI):
         """Start the clock (once): the deadline counts from ``started`` (a ``time.monotonic()``
         value, default now) and the shared timeout pool fires it. ``with`` does this on entry;
         middlewares that build a context lazily pass the request's start time."""
-        if not self._armed:
+        if self._armed:
+            return self
+        with self._lock:  # two threads arming at once must not schedule two timers
+            if self._armed:
+                return self
             self._armed = True
             self._started = time.monotonic() if started is None else started
             if self._deadline:

@@ -7,12 +7,16 @@ The app's ``start_response`` is deferred until its first body chunk (or the end 
 a halt that happens before then -- including an ``ExecutionHalted`` that the framework turned into a
 500 -- can still become the shared 429 problem response without ``start_response`` being called
 twice. After the headers went out, a halt ends the body cleanly and is logged.
+
+``environ["veronica.context"]`` is the request's context from the start; its deadline timer is
+scheduled (counting from the request start) only once something uses it, so a request that makes
+no model or tool call never touches the shared timeout pool (see ``_wsgi_scope.RequestContext``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._web import (
@@ -20,11 +24,8 @@ from ._web import (
     ConfigResolver,
     SyncBudgetPool,
     find_halt,
-    mark_active,
-    middleware_active,
     pool_failure,
     refusal_response,
-    reset_active,
     usage_headers,
 )
 from ._wsgi_scope import (
@@ -39,15 +40,17 @@ from ._wsgi_scope import (
 )
 from .circuit_breaker import CircuitBreaker
 from .config import ExecutionConfig
-from .context import current_context
+from .context import PendingContext, current_context
 from .exceptions import ExecutionHalted
-from .execution import ExecutionContext
+from .execution import BudgetParent
 
 if TYPE_CHECKING:
     from _typeshed import OptExcInfo
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 logger = logging.getLogger("veronica_mw")
+
+_current = current_context.get
 
 ENVIRON_KEY = "veronica.context"
 """The environ key under which the request's :class:`~veronica_mw.ExecutionContext` is published."""
@@ -63,9 +66,16 @@ class _Response(RequestScope):
     )  # fmt: skip
 
     def __init__(
-        self, ctx: ExecutionContext, path: str, start_response: StartResponse, extra: Headers, usage: bool
+        self,
+        config: ExecutionConfig,
+        breaker: CircuitBreaker | None,
+        ledger: BudgetParent | None,
+        path: str,
+        start_response: StartResponse,
+        extra: Sequence[tuple[str, str]],
+        usage: bool,
     ) -> None:
-        super().__init__(ctx, path)
+        super().__init__(config, breaker, ledger, path)
         self._start = start_response
         self._extra = extra
         self._usage = usage
@@ -103,8 +113,7 @@ class _Response(RequestScope):
     def call_app(self, app: WSGIApplication, environ: WSGIEnvironment) -> Iterable[bytes]:
         """Call the app with the context current; return the body iterable (self) or the 429."""
         ctx = self.ctx
-        token = current_context.set(ctx)
-        active = mark_active(True)
+        token = current_context.set(self)
         try:
             self._result = app(environ, self.start_response)
         except Exception as exc:
@@ -117,7 +126,6 @@ class _Response(RequestScope):
             self.end()
             raise
         finally:
-            reset_active(active)
             current_context.reset(token)
         return self
 
@@ -132,7 +140,7 @@ class _Response(RequestScope):
         if self._sent:
             return self._next_body_chunk()
         ctx = self.ctx
-        token = current_context.set(ctx)
+        token = current_context.set(self)
         try:
             it = self._it
             if it is None:
@@ -179,7 +187,7 @@ class _Response(RequestScope):
             if close is not None:
                 self.run(close)
         finally:
-            self.end()
+            self.ctx.end()
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -236,22 +244,25 @@ class VeronicaWSGIMiddleware:
             raise TypeError("budget_pool must have an admit(environ) method")
         self.app = app
         self._resolver = ConfigResolver(config, default_config=default_config, exclude_paths=exclude_paths)
+        # The common case, one static config and no exclusions, skips resolution per request.
+        self._static = config if isinstance(config, ExecutionConfig) and not self._resolver.excludes else None
         self._pool = budget_pool
         self._usage = bool(usage_headers)
         self._breaker = circuit_breaker
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        if middleware_active() or not isinstance(environ, dict) or ENVIRON_KEY in environ:
+        # The applied-twice guard (see ``middleware_active``), inlined: it runs on every request.
+        if isinstance(_current(), PendingContext) or not isinstance(environ, dict) or ENVIRON_KEY in environ:
             # An outer copy owns this request (or the environ is not one we can publish into):
             # pass through untouched rather than count the request twice or fail it.
             return self.app(environ, start_response)
         path = environ.get("PATH_INFO")
         if not isinstance(path, str):
             path = ""  # malformed environ: still contained, never excluded by accident
-        config = self._resolver.resolve(environ, path)
+        config = self._static or self._resolver.resolve(environ, path)
         if config is None:
             return self.app(environ, start_response)
-        extra: Headers = []
+        extra: Sequence[tuple[str, str]] = ()
         ledger = None
         if self._pool is not None:
             try:
@@ -264,6 +275,6 @@ class VeronicaWSGIMiddleware:
                 return [body]
             extra = [(str(name), str(value)) for name, value in adm.headers]
             ledger = adm.ledger
-        ctx = ExecutionContext(config, circuit_breaker=self._breaker, budget_parent=ledger)
-        environ[ENVIRON_KEY] = ctx
-        return _Response(ctx, path, start_response, extra, self._usage).call_app(self.app, environ)
+        response = _Response(config, self._breaker, ledger, path, start_response, extra, self._usage)
+        environ[ENVIRON_KEY] = response.ctx
+        return response.call_app(self.app, environ)

@@ -280,6 +280,7 @@ def test_closing_before_iterating_still_closes_the_app_iterable_and_ends_the_con
     before = timers()
 
     def app(environ: dict[str, Any], start_response: Any) -> CountingIterable:
+        assert get_current_execution_context() is not None  # used, so its deadline is armed
         start_response("200 OK", [])
         return body
 
