@@ -343,3 +343,33 @@ def test_cancellation_token_created_late_still_reports_and_cancelling_it_halts()
     other.cancellation_token.cancel("cancelled", "from outside")
     assert other.abort_reason == "cancelled"
     assert other.wrap_tool_call(lambda: None) is Decision.HALT
+
+
+class _UnavailableParent:
+    """A budget parent whose store is down and fails closed (our own interface)."""
+
+    refusal_status = 503
+    refusal_detail = "budget backend unavailable"
+
+    def reserve(self, amount_usd: float) -> bool:
+        return False
+
+    def settle(self, reserved_usd: float, actual_usd: float) -> None:
+        raise AssertionError("nothing was reserved")
+
+    def retry_after_s(self) -> float | None:
+        return 2.0
+
+
+def test_unavailable_parent_halts_with_policy_denied_and_a_503_hint() -> None:
+    ctx = ExecutionContext(cfg(), budget_parent=_UnavailableParent())
+    with pytest.raises(ExecutionHalted) as info:
+        ctx.call_llm(lambda: pytest.fail("must not run"))
+    snap = info.value.snapshot
+    assert snap is not None
+    assert (info.value.reason, snap.http_status, info.value.retry_after_s) == ("policy_denied", 503, 2.0)
+    assert "unavailable" in info.value.detail and snap.step_count == 0
+    plain = ExecutionContext(cfg(max_steps=0))
+    with pytest.raises(ExecutionHalted) as limit:
+        plain.call_llm(lambda: None)
+    assert limit.value.snapshot is not None and limit.value.snapshot.http_status == 429

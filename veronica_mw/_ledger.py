@@ -59,7 +59,13 @@ class Ledger:
 
         @property
         def chain_id(self) -> str: ...
-        def _abort(self, reason: HaltReason, detail: str = "", retry_after: float | None = None) -> None: ...
+        def _abort(
+            self,
+            reason: HaltReason,
+            detail: str = "",
+            retry_after: float | None = None,
+            http_status: int = 429,
+        ) -> None: ...
         def _on_deadline(self) -> None: ...
         def _graph_locked(self) -> ExecutionGraph: ...
         def add_event(self, kind: str, detail: str, **data: Any) -> None: ...
@@ -144,10 +150,18 @@ class Ledger:
         if parent is not None:
             if not parent.reserve(hint):
                 self._close(node, "refused", 0.0, refund_step=True)
-                self._abort(HaltReason.BUDGET_EXCEEDED, "parent budget exhausted", parent.retry_after_s())
+                self._parent_refused(parent)
                 return None
             node._held = True
         return node
+
+    def _parent_refused(self, parent: BudgetParent) -> None:
+        status = getattr(parent, "refusal_status", 429)
+        detail = getattr(parent, "refusal_detail", "") or "parent budget exhausted"
+        if status == 503:  # the budget store is down and fails closed: not the tenant's fault
+            self._abort(HaltReason.POLICY_DENIED, detail, parent.retry_after_s(), http_status=503)
+        else:
+            self._abort(HaltReason.BUDGET_EXCEEDED, detail, parent.retry_after_s())
 
     def _limit_detail(self, reason: HaltReason, hint: float) -> str:
         config = self.config

@@ -101,7 +101,7 @@ def problem_response(
     *,
     snapshot: ExecutionSnapshot | None = None,
     config: ExecutionConfig | None = None,
-    status: int = 429,
+    status: int | None = None,
     retry_after_s: float | None = None,
     detail: str = "",
     extra_headers: Iterable[tuple[str | bytes, str | bytes]] = (),
@@ -116,6 +116,8 @@ def problem_response(
     Header names are lower-case bytes (ASGI); the WSGI middleware decodes them.
     """
     reason = str(reason)
+    if status is None:  # a halt: 429, or 503 when a fail-closed budget store was unavailable
+        status = snapshot.http_status if snapshot is not None else 429
     if snapshot is not None:
         config = snapshot.config
         if retry_after_s is None:

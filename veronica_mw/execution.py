@@ -52,7 +52,12 @@ if hasattr(os, "register_at_fork"):
 
 
 class BudgetParent(Protocol):
-    """A budget above the context (e.g. a tenant pool): reserve before, settle after each call."""
+    """A budget above the context (e.g. a tenant pool): reserve before, settle after each call.
+
+    A parent may also expose ``refusal_status`` (an HTTP status; 503 = the budget store is
+    unavailable) and ``refusal_detail`` describing its last refusal: a 503 refusal halts the
+    context with ``policy_denied`` and a 503 status hint instead of ``budget_exceeded``/429.
+    """
 
     def reserve(self, amount_usd: float) -> bool: ...
 
@@ -89,6 +94,7 @@ class ExecutionContext(Ledger, CallAPI):
         "_in_flight",
         "_partial",
         "_retry_after",
+        "_http_status",
         "_events",
         "_open_keys",
         "_pool",
@@ -142,6 +148,7 @@ class ExecutionContext(Ledger, CallAPI):
         self._in_flight = 0
         self._partial: Any = None
         self._retry_after: float | None = None
+        self._http_status = 429
         self._events: deque[ExecutionEvent] | None = None
         self._open_keys: dict[Hashable, CallNode] | None = None
         self._pool = timeout_pool
@@ -275,6 +282,7 @@ class ExecutionContext(Ledger, CallAPI):
             config=self.config,
             retry_after_s=self._retry_after,
             events=tuple(self._events or ()),
+            http_status=self._http_status,
         )
 
     def halted_error(self) -> ExecutionHalted:
@@ -305,7 +313,9 @@ class ExecutionContext(Ledger, CallAPI):
         self._events.append(ExecutionEvent(kind, detail, data))
         logger.info("veronica_mw: %s in context %s: %s", kind, self.chain_id, detail)
 
-    def _abort(self, reason: HaltReason, detail: str = "", retry_after: float | None = None) -> None:
+    def _abort(
+        self, reason: HaltReason, detail: str = "", retry_after: float | None = None, http_status: int = 429
+    ) -> None:
         """Halt for ``reason`` unless already halted (the first reason wins). Never call it while
         holding ``self._lock``: it takes the lock and then runs cancellation callbacks."""
         with self._lock:
@@ -313,6 +323,7 @@ class ExecutionContext(Ledger, CallAPI):
                 return
             if retry_after is not None:
                 self._retry_after = retry_after
+            self._http_status = http_status
             self._detail = detail
             self._reason = reason.value
             token = self._token

@@ -32,6 +32,9 @@ class ExecutionSnapshot:
     config: ExecutionConfig
     retry_after_s: float | None = None
     events: tuple[ExecutionEvent, ...] = ()
+    # The HTTP status a middleware answers a halt with: 429 for spent limits, 503 when the halt
+    # came from an unavailable budget store (a fail-closed tenant pool).
+    http_status: int = 429
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form used in HTTP problem bodies and the demo output."""

@@ -53,7 +53,9 @@ def test_deny_refuses_with_503_and_never_overspends(redis_server: RedisServer, c
         in_flight.commit(cost_usd=0.40)  # settles during the outage: queued, not lost
         with pytest.raises(ExecutionHalted) as info:
             ctx.call_llm(lambda: "x", options=WrapOptions(cost_estimate_hint=0.01))
-    assert info.value.reason == "budget_exceeded"
+    # Mid-request the outage halts the call the same way admission refuses: fail closed, 503.
+    assert info.value.reason == "policy_denied"
+    assert info.value.snapshot is not None and info.value.snapshot.http_status == 503
     assert info.value.retry_after_s == RETRY
     assert [e.kind for e in ctx.get_events()] == ["budget_backend_unavailable"]
     adm = pool.admit("t")

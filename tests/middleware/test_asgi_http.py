@@ -395,3 +395,30 @@ async def test_uncontained_request_has_no_context_and_halts_nothing() -> None:
         assert (await client.get("/x")).json() is None
     with pytest.raises(ExecutionHalted):  # sanity: the strict default really refuses
         ExecutionContext(STRICT_DEFAULT).call_tool(lambda: None)
+
+
+@dataclass
+class DownLedger(Ledger):
+    """A tenant ledger whose budget store went down mid-request (fails closed)."""
+
+    refusal_status: int = 503
+    refusal_detail: str = "budget backend unavailable"
+
+    def reserve(self, amount_usd: float) -> bool:
+        return False
+
+    def retry_after_s(self) -> float | None:
+        return 1.0
+
+
+async def test_budget_store_down_mid_request_answers_503_not_429() -> None:
+    ran: list[str] = []
+    pool = Pool(Admission(True, ledger=DownLedger()))
+    async with http(pool_app(pool, ran)) as client:
+        response = await client.get("/chat")
+    assert response.status_code == 503
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["retry-after"] == "1"
+    body = response.json()
+    assert (body["reason"], body["status"], body["steps_used"]) == ("policy_denied", 503, 0)
+    assert ran == ["chat"]

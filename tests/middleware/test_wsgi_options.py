@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -162,6 +163,26 @@ def test_budget_pool_admission_headers_and_ledger_reach_the_request() -> None:
     assert json.loads(refused.data)["reason"] == "budget_exceeded"
     assert ledger.left_usd == pytest.approx(0.005)  # two settled steps; the refused one reserved nothing
     assert len(ledger.settled) == 2 and len(seen) == 1
+
+
+@dataclass
+class DownLedger(Ledger):
+    """The tenant's budget store went down after admission (fails closed)."""
+
+    refusal_status: int = 503
+    refusal_detail: str = "budget backend unavailable"
+
+    def reserve(self, amount_usd: float) -> bool:
+        return False
+
+
+def test_budget_store_down_mid_request_answers_503() -> None:
+    pool = FakePool(Admission(allowed=True, ledger=DownLedger(left_usd=1.0, retry_after=1.0)))
+    app, seen = make_app()
+    reply = wrap(app, config=ROOMY, budget_pool=pool).get("/t?steps=1")
+    assert reply.status_code == 503
+    assert reply.headers["Retry-After"] == "1"
+    assert json.loads(reply.data)["reason"] == "policy_denied"
 
 
 @pytest.mark.parametrize(
