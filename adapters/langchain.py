@@ -69,6 +69,21 @@ class _AutoHandler(VeronicaCallbackHandler):
     def _resolve(self) -> ExecutionContext | None:
         return get_current_execution_context() if _auto_enabled else None
 
+    # LangChain reads these before dispatching an event, in the run's own context. Outside any
+    # execution context the hook handler is skipped right there: otherwise every async run in the
+    # process would pay a thread-pool hop per event for a handler with nothing to do.
+    @property
+    def ignore_llm(self) -> bool:
+        return self._resolve() is None
+
+    @property
+    def ignore_chat_model(self) -> bool:
+        return self._resolve() is None
+
+    @property
+    def ignore_agent(self) -> bool:  # tool events are filtered by this flag
+        return self._resolve() is None
+
 
 # LangChain attaches a hook's handler only while the hook variable holds a non-None value, and a
 # ContextVar cannot be subclassed to compute that value. So the variable's *default* is one shared
