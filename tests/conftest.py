@@ -1,8 +1,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 # Frameworks that phone home must never try the network in tests.
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
@@ -13,3 +19,22 @@ os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def run_example() -> Callable[[str], str]:
+    """Run ``examples/<script>`` in a subprocess (offline, telemetry off); return its stdout."""
+
+    def run(script: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(EXAMPLES / script)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ),  # carries the telemetry switches set above
+            cwd=EXAMPLES.parent,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    return run

@@ -8,43 +8,13 @@ import sys
 from typing import Any
 
 import pytest
-from genai_prices import Usage, calc_price
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatResult
 from langchain_core.tools import tool
 
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
 from veronica_mw.adapters import langchain as vlc
 from veronica_mw.adapters.langchain import VeronicaCallbackHandler
 
-MODEL = "gpt-4o"
-USAGE: Any = {"input_tokens": 1000, "output_tokens": 500, "total_tokens": 1500}
-PRICE = float(calc_price(Usage(input_tokens=1000, output_tokens=500), model_ref=MODEL).total_price)
-
-
-def priced_message(text: str = "fine thanks") -> AIMessage:
-    return AIMessage(content=text, usage_metadata=USAGE, response_metadata={"model_name": MODEL})
-
-
-class CountingChatModel(FakeMessagesListChatModel):
-    """LangChain's list fake, counting how often the model itself really runs."""
-
-    calls: int = 0
-    fail: bool = False
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.calls += 1
-        if self.fail:
-            raise ConnectionError("provider down")
-        return super()._generate(messages, stop, run_manager, **kwargs)
+from .fakes import PRICE, CountingChatModel, priced_message
 
 
 def model(**kwargs: Any) -> CountingChatModel:
