@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .. import ExecutionConfig, ExecutionContext, ExecutionHalted, TokenUsage
-from ..pricing import price_usage
+from ..kernel.pricing import price_usage
 from .ag2 import FRAMEWORK_VERSION, GENERATION
 
 __all__ = ["run_multi_agent_scenario"]

@@ -27,7 +27,7 @@ from llama_index.core.llms import callbacks as _llm_callbacks
 from llama_index.core.tools.types import BaseTool
 
 from .. import CallNode, ExecutionContext, ExecutionHalted, WrapOptions
-from ..pricing import extract_usage, usage_from_mapping
+from ..kernel.pricing import extract_usage, usage_from_mapping
 
 logger = logging.getLogger("veronica_mw.adapters.llamaindex")
 
@@ -55,7 +55,9 @@ def _bound() -> list[tuple[Handler, ExecutionContext]]:
 
 
 def _begin_all(
-    bound: list[tuple[Handler, ExecutionContext]], kind: str, options: Callable[[Handler], WrapOptions],
+    bound: list[tuple[Handler, ExecutionContext]],
+    kind: str,
+    options: Callable[[Handler], WrapOptions],
     key: Hashable,
 ) -> list[CallNode]:
     """Begin the call in every bound context; on a halt give back what was begun, then raise."""
@@ -193,14 +195,22 @@ class _Watcher(NullSpanHandler):
             _open[id_] = (nodes, id_, _in_tool.set(True))
 
     def span_exit(
-        self, id_: str, bound_args: inspect.BoundArguments, instance: Any | None = None,
-        result: Any | None = None, **kwargs: Any,
+        self,
+        id_: str,
+        bound_args: inspect.BoundArguments,
+        instance: Any | None = None,
+        result: Any | None = None,
+        **kwargs: Any,
     ) -> None:
         self._end(id_, result, None)
 
     def span_drop(
-        self, id_: str, bound_args: inspect.BoundArguments, instance: Any | None = None,
-        err: BaseException | None = None, **kwargs: Any,
+        self,
+        id_: str,
+        bound_args: inspect.BoundArguments,
+        instance: Any | None = None,
+        err: BaseException | None = None,
+        **kwargs: Any,
     ) -> None:
         self._end(id_, None, err)
 

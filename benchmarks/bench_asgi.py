@@ -28,9 +28,9 @@ from typing import Any
 import httpx
 
 from veronica_mw import ExecutionConfig, ExecutionContext, get_current_execution_context
-from veronica_mw._demo_websocket import run_websocket_runaway
-from veronica_mw._types import ASGIApp, Message, Receive, Scope, Send
-from veronica_mw.asgi import VeronicaASGIMiddleware
+from veronica_mw.cli._demo_websocket import run_websocket_runaway
+from veronica_mw.web.asgi import VeronicaASGIMiddleware
+from veronica_mw.web.types import ASGIApp, Message, Receive, Scope, Send
 
 CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=20, max_retries_total=3, timeout_ms=0)
 _minimal_var: ContextVar[object] = ContextVar("minimal", default=None)

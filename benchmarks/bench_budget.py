@@ -31,8 +31,8 @@ from typing import Any
 import httpx
 
 from veronica_mw import ExecutionConfig, WrapOptions, get_current_execution_context
-from veronica_mw.budget_pool import BudgetPool
-from veronica_mw.redis_backend import RedisBudgetBackend
+from veronica_mw.pools.budget_pool import BudgetPool
+from veronica_mw.pools.redis_backend import RedisBudgetBackend
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -78,7 +78,7 @@ def round_trips(redis_url: str | None, processes: int, seconds: float) -> float:
 def make_app() -> Any:
     from fastapi import FastAPI
 
-    from veronica_mw.asgi import VeronicaASGIMiddleware
+    from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
     mode = os.environ["BENCH_MODE"]
     app = FastAPI()

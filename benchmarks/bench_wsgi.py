@@ -29,7 +29,7 @@ from flask import Flask
 from werkzeug.test import Client
 
 from veronica_mw import ExecutionConfig, get_current_execution_context
-from veronica_mw.wsgi import VeronicaWSGIMiddleware
+from veronica_mw.web.wsgi import VeronicaWSGIMiddleware
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment

@@ -21,8 +21,8 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 
 from veronica_mw import ExecutionConfig, WrapOptions, get_current_execution_context
-from veronica_mw.asgi import VeronicaASGIMiddleware
-from veronica_mw.fastapi import CurrentExecutionContext
+from veronica_mw.adapters.fastapi import CurrentExecutionContext
+from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
 MODEL = WrapOptions(operation_name="fake-llm", model="gpt-4o-mini", cost_estimate_hint=0.0005)
 

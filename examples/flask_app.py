@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from flask import Flask, Response, request, stream_with_context
 
 from veronica_mw import ExecutionConfig, WrapOptions, get_current_execution_context
-from veronica_mw.wsgi import VeronicaWSGIMiddleware
+from veronica_mw.web.wsgi import VeronicaWSGIMiddleware
 
 app = Flask(__name__)
 

@@ -27,10 +27,10 @@ from typing import Any
 from fastapi import FastAPI
 
 from veronica_mw import ExecutionConfig, WrapOptions
-from veronica_mw.asgi import VeronicaASGIMiddleware
-from veronica_mw.budget_pool import BudgetPool
-from veronica_mw.fastapi import CurrentExecutionContext
-from veronica_mw.redis_backend import RedisBudgetBackend
+from veronica_mw.adapters.fastapi import CurrentExecutionContext
+from veronica_mw.pools.budget_pool import BudgetPool
+from veronica_mw.pools.redis_backend import RedisBudgetBackend
+from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
 CALL_COST_USD = float(os.environ.get("CALL_COST_USD", "0.03"))
 REDIS_URL = os.environ.get("VERONICA_REDIS_URL")

@@ -28,8 +28,8 @@ def main(argv: list[str]) -> int:
         package = Path(tmp) / "veronica_mw"
         package.mkdir()
         for entry in (ROOT / "veronica_mw").iterdir():
-            if entry.suffix in {".py", ".typed"}:
-                (package / entry.name).symlink_to(entry)
+            if entry.suffix in {".py", ".typed"} or (entry.is_dir() and entry.name != "__pycache__"):
+                (package / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
         (package / "adapters").symlink_to(ROOT / "adapters", target_is_directory=True)
         targets = [arg for module in modules for arg in ("-p", f"veronica_mw.adapters.{module}")]
         env = dict(os.environ, MYPYPATH=tmp)

@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-from .asgi import VeronicaASGIMiddleware
-from .binding import ContextBinding
-from .budget import BudgetEnforcer
-from .budget_pool import BudgetPool, LocalBudgetBackend
-from .cancellation import CancellationToken
-from .circuit_breaker import CircuitBreaker, CircuitState
-from .config import ExecutionConfig, WrapOptions
-from .context import get_current_execution_context
-from .distributed_breaker import DistributedCircuitBreaker
-from .exceptions import ExecutionHalted, MissingFrameworkError
-from .execution import BudgetParent, ExecutionContext
-from .graph import CallNode, ExecutionGraph
-from .policy import PolicyContext, PolicyDecision, PolicyPipeline, RuntimePolicy
-from .pricing import TokenUsage
-from .reasons import CallKind, Decision, HaltReason
-from .redis_backend import RedisBudgetBackend
-from .retry import RetryContainer
-from .snapshot import ExecutionEvent, ExecutionSnapshot
-from .step_guard import AgentStepGuard
-from .timeout_pool import SharedTimeoutPool
-from .wsgi import VeronicaWSGIMiddleware
+from .kernel.binding import ContextBinding
+from .kernel.budget import BudgetEnforcer
+from .kernel.cancellation import CancellationToken
+from .kernel.circuit_breaker import CircuitBreaker, CircuitState
+from .kernel.config import ExecutionConfig, WrapOptions
+from .kernel.context import get_current_execution_context
+from .kernel.exceptions import ExecutionHalted, MissingFrameworkError
+from .kernel.execution import ExecutionContext
+from .kernel.graph import CallNode, ExecutionGraph
+from .kernel.parent import BudgetParent
+from .kernel.policy import PolicyContext, PolicyDecision, PolicyPipeline, RuntimePolicy
+from .kernel.pricing import TokenUsage
+from .kernel.reasons import CallKind, Decision, HaltReason
+from .kernel.retry import RetryContainer
+from .kernel.snapshot import ExecutionEvent, ExecutionSnapshot
+from .kernel.step_guard import AgentStepGuard
+from .kernel.timeout_pool import SharedTimeoutPool
+from .pools.budget_pool import BudgetPool, LocalBudgetBackend
+from .pools.distributed_breaker import DistributedCircuitBreaker
+from .pools.redis_backend import RedisBudgetBackend
+from .web.asgi import VeronicaASGIMiddleware
+from .web.wsgi import VeronicaWSGIMiddleware
 
 __version__ = "0.1.0"
 

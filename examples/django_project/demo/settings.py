@@ -13,7 +13,7 @@ USE_TZ = True
 MIDDLEWARE = [
     # First, so it wraps every other middleware and the view. Leave it out if wsgi.py wraps the
     # whole application instead (USE_WSGI_WRAPPER below); with both, the outer one wins.
-    "veronica_mw.django.VeronicaMiddleware",
+    "veronica_mw.adapters.django.VeronicaMiddleware",
 ]
 
 # Per-request limits. Alternatively {"config": "demo.limits.limits_for", ...} for per-request choice.

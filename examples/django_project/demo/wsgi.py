@@ -11,7 +11,7 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-from veronica_mw.django import wrap_wsgi_application
+from veronica_mw.adapters.django import wrap_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo.settings")
 

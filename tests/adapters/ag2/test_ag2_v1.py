@@ -30,8 +30,8 @@ from veronica_mw import (
 )
 from veronica_mw.adapters import ag2 as ag2_adapter
 from veronica_mw.adapters.ag2 import VeronicaMiddleware
-from veronica_mw.asgi import VeronicaASGIMiddleware
-from veronica_mw.pricing import price_usage
+from veronica_mw.kernel.pricing import price_usage
+from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
 
 def limits(max_steps: int, *, max_cost_usd: float = 10.0, max_retries_total: int = 5) -> ExecutionConfig:

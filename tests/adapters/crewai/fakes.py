@@ -18,7 +18,7 @@ from crewai.tools import BaseTool
 from pydantic import Field
 
 from veronica_mw import ExecutionContext, TokenUsage
-from veronica_mw.pricing import price_usage
+from veronica_mw.kernel.pricing import price_usage
 
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 100}
 MODEL = "gpt-4o-mini"

@@ -20,7 +20,7 @@ from fastapi import FastAPI
 
 from veronica_mw import ExecutionConfig
 from veronica_mw.adapters.crewai import VeronicaCrewAIHooks
-from veronica_mw.asgi import VeronicaASGIMiddleware
+from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
 from .fakes import Crewed
 

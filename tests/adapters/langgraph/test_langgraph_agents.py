@@ -26,7 +26,7 @@ from typing_extensions import TypedDict
 import veronica_mw.adapters.langchain  # noqa: F401  (registers zero-config binding)
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
 from veronica_mw.adapters.langgraph import veronica_graph
-from veronica_mw.asgi import VeronicaASGIMiddleware
+from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
 
 class AgentState(TypedDict):

@@ -18,7 +18,7 @@ from llama_index.core.base.llms.types import ChatMessage
 
 from veronica_mw import ExecutionConfig
 from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler
-from veronica_mw.asgi import VeronicaASGIMiddleware
+from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
 from .fakes import Counter, UsageLLM, looping_llm, ping_tool
 

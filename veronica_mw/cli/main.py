@@ -1,0 +1,27 @@
+"""The ``veronica-mw`` console script: one subcommand module each (``demo``).
+
+Exit status: 0 on success, 2 for bad arguments (argparse); each subcommand documents its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from . import demo
+
+_SUBCOMMANDS = (demo,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="veronica-mw", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in _SUBCOMMANDS:
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.handler(args)
+    return code

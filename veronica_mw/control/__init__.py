@@ -1,0 +1,1 @@
+"""Control of calls: output checks, model downgrade and human approvals."""

@@ -1,0 +1,283 @@
+"""Admission and settlement of calls: the part of ExecutionContext that enforces G1–G3.
+
+``_begin`` checks every limit and reserves one step plus the call's cost hint under the context's
+lock; exactly one settle (``_commit``/``_fail``/``_release``/``_interrupt``) gives the reservation
+back and commits what the call really cost. Policies, the circuit breaker, the parent budget and
+pricing are consulted outside the lock, so a slow one never serialises other calls.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
+
+from ._validate import check_number
+from .config import ExecutionConfig, WrapOptions
+from .context import current_node
+from .exceptions import ExecutionHalted
+from .graph import _UNSET, CallNode, ExecutionGraph
+from .policy import PolicyContext, PolicyPipeline
+from .pricing import TokenUsage, extract_usage, price_usage, usage_from_mapping
+from .reasons import Decision, HaltReason
+from .snapshot import ExecutionEvent
+
+if TYPE_CHECKING:
+    from .circuit_breaker import CircuitBreaker
+    from .parent import BudgetParent
+
+_EPSILON = 1e-9  # float sums of exact hints may land a hair over the ceiling
+
+
+class Ledger:
+    """Mixin of :class:`~veronica_mw.ExecutionContext` holding its admission/settlement logic."""
+
+    if not TYPE_CHECKING:  # the slots live on ExecutionContext; mypy would reject writes here
+        __slots__ = ()
+
+    if TYPE_CHECKING:
+        config: ExecutionConfig
+        _reason: str | None
+        _pipeline: PolicyPipeline | None
+        _breaker: CircuitBreaker | None
+        _parent: BudgetParent | None
+        _lock: threading.Lock
+        _graph: ExecutionGraph | None
+        _graph_args: tuple[int, int]
+        _halt_on_divergence: bool
+        _steps: int
+        _committed: float
+        _reserved: float
+        _retries: int
+        _in_flight: int
+        _partial: Any
+        _events: deque[ExecutionEvent] | None
+        _open_keys: dict[Hashable, CallNode] | None
+        _deadline: float
+
+        @property
+        def chain_id(self) -> str: ...
+        def _abort(
+            self,
+            reason: HaltReason,
+            detail: str = "",
+            retry_after: float | None = None,
+            http_status: int = 429,
+        ) -> None: ...
+        def _on_deadline(self) -> None: ...
+        def _graph_locked(self) -> ExecutionGraph: ...
+        def add_event(self, kind: str, detail: str, **data: Any) -> None: ...
+        def record_retry(self, exc: BaseException | None = None) -> bool: ...
+
+    def _begin(
+        self, kind: str, options: WrapOptions, key: Hashable | None, parent_id: int | None
+    ) -> CallNode | None:
+        if kind != "llm" and kind != "tool":
+            raise ValueError(f"kind must be 'llm' or 'tool', got {kind!r}")
+        if self._reason is not None:
+            return None
+        if self._deadline and time.monotonic() >= self._deadline:
+            self._on_deadline()
+            return None
+        hint = options.cost_estimate_hint
+        name = options.operation_name or kind
+        config = self.config
+        if self._pipeline is not None:
+            decision = self._pipeline.evaluate(
+                PolicyContext(
+                    cost_usd=self._committed,
+                    step_count=self._steps,
+                    retries_used=self._retries,
+                    cost_estimate_usd=hint,
+                    kind=kind,
+                    operation_name=name,
+                    chain_id=self.chain_id,
+                )
+            )
+            if not decision.allowed:
+                wait = decision.rate_limit_ms / 1000.0 if decision.rate_limit_ms else None
+                self._abort(HaltReason.POLICY_DENIED, f"{decision.policy_type}: {decision.reason}", wait)
+                return None
+        halt: HaltReason | None = None
+        repeats = 0
+        with self._lock:
+            if key is not None:
+                if self._open_keys is None:
+                    self._open_keys = {}
+                existing = self._open_keys.get(key)
+                if existing is not None:
+                    return existing
+            if self._reason is not None:
+                return None
+            if self._steps >= config.max_steps:
+                halt = HaltReason.STEP_LIMIT
+            elif (kind == "llm" or hint > 0.0) and (
+                self._committed + self._reserved + hint > config.max_cost_usd + _EPSILON
+                or (kind == "llm" and self._committed + _EPSILON >= config.max_cost_usd)
+            ):
+                halt = HaltReason.BUDGET_EXCEEDED
+            else:
+                self._steps += 1
+                self._reserved += hint
+                self._in_flight += 1
+                node, repeats = (self._graph or self._graph_locked()).add(
+                    kind, name, parent_id if parent_id is not None else current_node.get()
+                )
+                node._ctx = self  # type: ignore[assignment]  # always an ExecutionContext
+                node._options = options
+                node.reserved_usd = hint
+                node.model = options.model
+                if key is not None:
+                    node.key = key
+                    self._open_keys[key] = node  # type: ignore[index]
+        if halt is not None:
+            self._abort(halt, self._limit_detail(halt, hint))
+            return None
+        if repeats == self._graph_args[1] and self._diverged(node):
+            return None
+        breaker = self._breaker
+        if breaker is not None:
+            decision = breaker.check(None)
+            if not decision.allowed:
+                self._close(node, "refused", 0.0, refund_step=True)
+                wait = decision.rate_limit_ms / 1000.0 if decision.rate_limit_ms else None
+                self._abort(HaltReason.CIRCUIT_OPEN, decision.reason, wait)
+                return None
+            node._probe = True
+        parent = self._parent
+        if parent is not None:
+            if not parent.reserve(hint):
+                self._close(node, "refused", 0.0, refund_step=True)
+                self._parent_refused(parent)
+                return None
+            node._held = True
+        return node
+
+    def _parent_refused(self, parent: BudgetParent) -> None:
+        status = getattr(parent, "refusal_status", 429)
+        detail = getattr(parent, "refusal_detail", "") or "parent budget exhausted"
+        if status == 503:  # the budget store is down and fails closed: not the tenant's fault
+            self._abort(HaltReason.POLICY_DENIED, detail, parent.retry_after_s(), http_status=503)
+        else:
+            self._abort(HaltReason.BUDGET_EXCEEDED, detail, parent.retry_after_s())
+
+    def _limit_detail(self, reason: HaltReason, hint: float) -> str:
+        config = self.config
+        if reason is HaltReason.STEP_LIMIT:
+            return f"max_steps={config.max_steps} reached"
+        return (
+            f"cost {self._committed:.6f} + reserved {self._reserved:.6f} + {hint:g} > {config.max_cost_usd:g}"
+        )
+
+    def _diverged(self, node: CallNode) -> bool:
+        detail = f"{node.kind}:{node.name} repeated {self._graph_args[1]} times in a row"
+        self.add_event("divergence", detail, call_kind=node.kind, name=node.name)
+        if not self._halt_on_divergence:
+            return False
+        self._close(node, "refused", 0.0, refund_step=True)
+        self._abort(HaltReason.POLICY_DENIED, f"divergence: {detail}")
+        return True
+
+    def _close(
+        self, node: CallNode, status: str, cost: float, *, refund_step: bool = False, result: Any = _UNSET
+    ) -> bool:
+        """Settle ``node`` under the lock; return whether the committed cost is now past the ceiling.
+
+        Also gives back a parent reservation and a half-open probe slot for calls that never ran.
+        """
+        with self._lock:
+            if node.status != "running":
+                return False
+            if node.key is not None:
+                self._open_keys.pop(node.key, None)  # type: ignore[union-attr]
+            self._reserved -= node.reserved_usd
+            self._in_flight -= 1
+            self._committed += cost
+            if refund_step:
+                self._steps -= 1
+            node.cost_usd = cost
+            self._graph.finish(node, status)  # type: ignore[union-attr]
+            if result is not _UNSET:
+                self._partial = result
+            over = self._committed > self.config.max_cost_usd + _EPSILON
+        node._ctx = None
+        if node._held:
+            self._parent.settle(node.reserved_usd, cost)  # type: ignore[union-attr]
+        if refund_step and node._probe:
+            self._breaker.release_probe()  # type: ignore[union-attr]
+        return over
+
+    def _commit(
+        self, node: CallNode, result: Any, cost_usd: float | None, usage: TokenUsage | Any, model: str | None
+    ) -> Decision:
+        if node.status != "running":
+            return Decision.ALLOW
+        cost = self._actual_cost(node, result, cost_usd, usage, model)
+        over = self._close(node, "ok", cost, result=result)
+        if node._probe:
+            self._breaker.record_success()  # type: ignore[union-attr]
+        if over:
+            # The call already ran; its cost took the total past the ceiling, so it is the last.
+            self._abort(
+                HaltReason.BUDGET_EXCEEDED,
+                f"actual cost took the total to {self._committed:.6f} > {self.config.max_cost_usd:g}",
+            )
+            return Decision.HALT
+        return Decision.ALLOW
+
+    def _actual_cost(
+        self, node: CallNode, result: Any, cost_usd: float | None, usage: TokenUsage | Any, model: str | None
+    ) -> float:
+        options: WrapOptions = node._options
+        if cost_usd is not None:
+            return check_number("cost_usd", cost_usd)
+        if options.cost_fn is not None:
+            try:
+                return check_number("cost_fn(result)", options.cost_fn(None if result is _UNSET else result))
+            except Exception as exc:  # a broken cost_fn must not lose the reservation
+                self.add_event("cost_fn_failed", f"{type(exc).__name__}: {exc}; reserved hint kept")
+                return node.reserved_usd
+        tokens = usage_from_mapping(usage) if usage is not None else None
+        model = model or options.model
+        if tokens is None and result is not _UNSET:
+            tokens, found_model = extract_usage(result)
+            model = model or found_model
+        if tokens is None:
+            return node.reserved_usd
+        node.tokens_in, node.tokens_out = tokens.input_tokens, tokens.output_tokens
+        if model:
+            node.model = model
+            try:
+                return price_usage(tokens, model, options.provider)
+            except LookupError as exc:
+                self.add_event("unpriced", f"{exc}; reserved hint kept", model=model)
+                return node.reserved_usd
+        self.add_event("unpriced", "usage reported without a model name; reserved hint kept")
+        return node.reserved_usd
+
+    def _fail(self, node: CallNode, exc: BaseException | None) -> None:
+        if isinstance(exc, ExecutionHalted):
+            # Halted inside (a nested wrap or an adapter): the call did run, but it is no failure.
+            self._close(node, "halted", node.reserved_usd)
+            return
+        if node.status != "running":
+            return
+        self._close(node, "error", 0.0)
+        if node._probe:
+            self._breaker.record_failure()  # type: ignore[union-attr]
+        if exc is not None:
+            try:
+                exc.__veronica_recorded__ = self.chain_id  # type: ignore[attr-defined]
+            except (AttributeError, TypeError):
+                pass
+        self.record_retry(exc)
+
+    def _release(self, node: CallNode, status: str) -> None:
+        self._close(node, status, 0.0, refund_step=True)
+
+    def _interrupt(self, node: CallNode) -> None:
+        # Cancelled mid-call (asyncio.CancelledError, KeyboardInterrupt): the call may have cost
+        # money, so the reservation is kept as spent rather than given back.
+        self._close(node, "interrupted", node.reserved_usd)

@@ -1,0 +1,352 @@
+"""ExecutionContext: the chain-level containment boundary (G1–G3, G5) and its two-phase API.
+
+Every call goes through :meth:`ExecutionContext.begin_call`, which checks every limit and reserves
+one step plus the call's cost hint under one lock, then through exactly one settle of the returned
+:class:`~veronica_mw.kernel.graph.CallNode` (``commit``/``fail``/``release``). Pricing, policies, the circuit
+breaker and a parent budget are consulted outside that lock. Any halt is terminal: the reason is
+stored once in the context's cancellation token and every later call is refused before it runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Hashable
+from contextvars import Token
+from types import TracebackType
+from typing import Any
+
+from ._calls import CallAPI
+from ._ledger import Ledger
+from .cancellation import CancellationToken
+from .circuit_breaker import CircuitBreaker
+from .config import DEFAULT_OPTIONS, ExecutionConfig, WrapOptions
+from .context import PendingContext, current_context
+from .exceptions import ExecutionHalted
+from .graph import CallNode, ExecutionGraph
+from .parent import BudgetParent
+from .policy import PolicyPipeline
+from .reasons import HaltReason
+from .snapshot import ExecutionEvent, ExecutionSnapshot
+from .timeout_pool import SharedTimeoutPool, TimeoutHandle
+
+logger = logging.getLogger("veronica_mw")
+# chain ids: a random per-process prefix plus a counter. os.urandom per context costs several µs
+# on some kernels; this is unique per context and, with the prefix, across processes.
+_chain_prefix = secrets.token_hex(6)
+_chain_counter = itertools.count(1)
+
+
+def _new_chain_prefix() -> None:
+    global _chain_prefix, _chain_counter
+    _chain_prefix = secrets.token_hex(6)
+    _chain_counter = itertools.count(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_chain_prefix)
+
+
+class ExecutionContext(Ledger, CallAPI):
+    """One agent run, request or session: every call through it is checked against its limits.
+
+    Usable as ``with``/``async with`` (sets the current context and arms the timeout) or handed
+    around un-entered. Thread- and task-safe; one lock guards the counters.
+    """
+
+    __slots__ = (
+        "config",
+        "_chain_prefix",
+        "_chain_no",
+        "_reason",
+        "_detail",
+        "_pipeline",
+        "_breaker",
+        "_parent",
+        "_lock",
+        "_token",
+        "_graph",
+        "_graph_args",
+        "_halt_on_divergence",
+        "_steps",
+        "_committed",
+        "_reserved",
+        "_retries",
+        "_in_flight",
+        "_partial",
+        "_retry_after",
+        "_http_status",
+        "_events",
+        "_open_keys",
+        "_pool",
+        "_timer",
+        "_var_tokens",
+        "_armed",
+        "_started",
+        "_deadline",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        config: ExecutionConfig,
+        pipeline: PolicyPipeline | None = None,
+        circuit_breaker: CircuitBreaker | None = None,
+        *,
+        budget_parent: BudgetParent | None = None,
+        graph_capacity: int = 10_000,
+        divergence_threshold: int = 25,
+        halt_on_divergence: bool = False,
+        timeout_pool: SharedTimeoutPool | None = None,
+    ) -> None:
+        if not isinstance(config, ExecutionConfig):
+            raise TypeError(f"config must be an ExecutionConfig, got {type(config).__name__}")
+        if pipeline is not None and not isinstance(pipeline, PolicyPipeline):
+            raise TypeError(f"pipeline must be a PolicyPipeline, got {type(pipeline).__name__}")
+        if circuit_breaker is not None and not callable(getattr(circuit_breaker, "check", None)):
+            raise TypeError("circuit_breaker must have check()/record_success()/record_failure()")
+        self.config = config
+        # The id is formatted on demand; the token is made on demand (most contexts never need one).
+        self._chain_prefix = _chain_prefix
+        self._chain_no = next(_chain_counter)
+        self._reason: str | None = None
+        self._detail = ""
+        self._pipeline = pipeline if pipeline else None
+        self._breaker = circuit_breaker
+        self._parent = budget_parent
+        self._lock = threading.Lock()
+        self._token: CancellationToken | None = None
+        if graph_capacity < 1:
+            raise ValueError("graph_capacity must be >= 1")
+        # The graph, event log and key index are built on first use: many requests make no call.
+        self._graph: ExecutionGraph | None = None
+        self._graph_args = (graph_capacity, divergence_threshold)
+        self._halt_on_divergence = halt_on_divergence
+        self._steps = 0
+        self._committed = 0.0
+        self._reserved = 0.0
+        self._retries = 0
+        self._in_flight = 0
+        self._partial: Any = None
+        self._retry_after: float | None = None
+        self._http_status = 429
+        self._events: deque[ExecutionEvent] | None = None
+        self._open_keys: dict[Hashable, CallNode] | None = None
+        self._pool = timeout_pool
+        self._timer: TimeoutHandle | None = None
+        self._var_tokens: list[Token[ExecutionContext | PendingContext | None]] | None = None
+        self._armed = False
+        self._started = time.monotonic()
+        self._deadline = self._started + config.timeout_ms / 1000.0 if config.timeout_ms else 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def __enter__(self) -> ExecutionContext:
+        self.arm()
+        token = current_context.set(self)
+        if self._var_tokens is None:
+            self._var_tokens = [token]
+        else:
+            self._var_tokens.append(token)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        tokens = self._var_tokens
+        if not tokens:
+            raise RuntimeError("ExecutionContext exited more often than it was entered")
+        current_context.reset(tokens.pop())
+        if not tokens:
+            self.disarm()
+
+    def arm(self, started: float | None = None) -> ExecutionContext:
+        """Start the clock (once): the deadline counts from ``started`` (a ``time.monotonic()``
+        value, default now) and the shared timeout pool fires it. ``with`` does this on entry;
+        middlewares that build a context lazily pass the request's start time."""
+        if self._armed:
+            return self
+        with self._lock:  # two threads arming at once must not schedule two timers
+            if self._armed:
+                return self
+            self._armed = True
+            self._started = time.monotonic() if started is None else started
+            if self._deadline:
+                self._deadline = self._started + self.config.timeout_ms / 1000.0
+                pool = self._pool or SharedTimeoutPool.default()
+                self._timer = pool.schedule(self._deadline, self._on_deadline)
+        return self
+
+    def disarm(self) -> None:
+        """Remove the pending deadline from the timeout pool (the context left its scope). New
+        calls still halt once the deadline has passed; only the pool entry goes."""
+        timer = self._timer
+        if timer is not None:
+            self._timer = None
+            (self._pool or SharedTimeoutPool.default()).cancel(timer)
+
+    async def __aenter__(self) -> ExecutionContext:
+        return self.__enter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def chain_id(self) -> str:
+        """Unique id of this context (a random per-process prefix and a counter)."""
+        return f"{self._chain_prefix}-{self._chain_no:x}"
+
+    @property
+    def aborted(self) -> bool:
+        return self._reason is not None
+
+    @property
+    def abort_reason(self) -> str | None:
+        return self._reason
+
+    @property
+    def cancellation_token(self) -> CancellationToken:
+        """A token cancelled on any halt (limit, timeout, cancel); cancelling it halts the context.
+
+        Its callbacks are how code blocked elsewhere (a WebSocket receive, a worker) learns of a
+        halt; they run on the thread that halted the context (the timeout pool's, for timeouts).
+        """
+        token = self._token
+        if token is None:
+            with self._lock:
+                if self._token is None:
+                    self._token = CancellationToken()
+                token = self._token
+            token.add_callback(lambda: self._abort(HaltReason.CANCELLED, token.detail))
+            if self._reason is not None:  # halted before anyone asked for the token
+                token.cancel(self._reason, self._detail)
+        return token
+
+    @property
+    def graph(self) -> ExecutionGraph:
+        graph = self._graph
+        if graph is None:
+            with self._lock:
+                graph = self._graph_locked()
+        return graph
+
+    def _graph_locked(self) -> ExecutionGraph:
+        if self._graph is None:
+            self._graph = ExecutionGraph(*self._graph_args)
+        return self._graph
+
+    def get_partial_result(self) -> Any:
+        return self._partial
+
+    def get_events(self) -> list[ExecutionEvent]:
+        return list(self._events or ())
+
+    def get_snapshot(self) -> ExecutionSnapshot:
+        with self._lock:
+            steps, committed, reserved = self._steps, self._committed, self._reserved
+            retries, in_flight = self._retries, self._in_flight
+        return ExecutionSnapshot(
+            step_count=steps,
+            cost_usd_accumulated=committed,
+            cost_usd_reserved=reserved,
+            retries_used=retries,
+            in_flight=in_flight,
+            aborted=self._reason is not None,
+            abort_reason=self._reason,
+            abort_detail=self._detail,
+            elapsed_ms=(time.monotonic() - self._started) * 1000.0,
+            chain_id=self.chain_id,
+            config=self.config,
+            retry_after_s=self._retry_after,
+            events=tuple(self._events or ()),
+            http_status=self._http_status,
+        )
+
+    def halted_error(self) -> ExecutionHalted:
+        """The exception describing this context's halt (reason, snapshot, partial result)."""
+        return ExecutionHalted(
+            self._reason or HaltReason.CANCELLED.value,
+            self.get_snapshot(),
+            self._partial,
+            self._detail,
+        )
+
+    def check(self) -> None:
+        """Raise :class:`ExecutionHalted` if this context has halted (takes no step)."""
+        if self._reason is None and self._deadline and time.monotonic() >= self._deadline:
+            self._on_deadline()
+        if self._reason is not None:
+            raise self.halted_error()
+
+    def cancel(self, detail: str = "") -> None:
+        """Halt with reason ``cancelled``; ``detail`` goes to the log."""
+        if detail:
+            logger.info("veronica_mw: context %s cancelled: %s", self.chain_id, detail)
+        self._abort(HaltReason.CANCELLED, detail)
+
+    def add_event(self, kind: str, detail: str, **data: Any) -> None:
+        if self._events is None:
+            self._events = deque(maxlen=256)
+        self._events.append(ExecutionEvent(kind, detail, data))
+        logger.info("veronica_mw: %s in context %s: %s", kind, self.chain_id, detail)
+
+    def _abort(
+        self, reason: HaltReason, detail: str = "", retry_after: float | None = None, http_status: int = 429
+    ) -> None:
+        """Halt for ``reason`` unless already halted (the first reason wins). Never call it while
+        holding ``self._lock``: it takes the lock and then runs cancellation callbacks."""
+        with self._lock:
+            if self._reason is not None:
+                return
+            if retry_after is not None:
+                self._retry_after = retry_after
+            self._http_status = http_status
+            self._detail = detail
+            self._reason = reason.value
+            token = self._token
+        logger.debug("veronica_mw: context %s halted: %s %s", self.chain_id, reason.value, detail)
+        if token is not None:
+            token.cancel(reason.value, detail)
+
+    def _on_deadline(self) -> None:
+        self._abort(HaltReason.TIMEOUT, f"timeout_ms={self.config.timeout_ms:g} elapsed")
+
+    # -- two-phase API ---------------------------------------------------------------------------
+
+    def begin_call(
+        self,
+        kind: str,
+        options: WrapOptions | None = None,
+        *,
+        key: Hashable | None = None,
+        parent_id: int | None = None,
+    ) -> CallNode:
+        """Reserve one step (and the cost hint) for a call about to run, or raise ExecutionHalted.
+
+        ``key`` identifies the call across several hooks that all see it (e.g. a LangChain run
+        id): while a node with that key is open, the same node is returned and nothing is counted
+        twice.
+        """
+        node = self._begin(kind, options or DEFAULT_OPTIONS, key, parent_id)
+        if node is None:
+            raise self.halted_error()
+        return node
+
+    def record_retry(self, exc: BaseException | None = None) -> bool:
+        """Draw one retry from the chain-wide budget; False (and halt) when it is spent."""
+        with self._lock:
+            if self._retries < self.config.max_retries_total:
+                self._retries += 1
+                return True
+        name = type(exc).__name__ if exc is not None else "failure"
+        self._abort(HaltReason.RETRY_LIMIT, f"{name} after {self.config.max_retries_total} retries")
+        return False

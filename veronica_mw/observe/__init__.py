@@ -1,0 +1,1 @@
+"""Observation of the kernel's events: OpenTelemetry, the audit log and replay."""

@@ -1,0 +1,1 @@
+"""Tenant budget pools (in-process and Redis), failover and the distributed circuit breaker."""

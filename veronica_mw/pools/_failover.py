@@ -1,0 +1,267 @@
+"""What a budget pool does when its shared backend (Redis) is unreachable, and how it catches up.
+
+``on_backend_error="deny"``: every reservation and admission is refused until the backend answers
+again (fail closed: nothing is ever spent that the shared count has not approved).
+``"local"``: this process keeps serving from an in-process bucket seeded with the last state it saw
+from the backend, so each process stays within the limit on its own (N processes: at most N times
+the remaining budget during the outage).
+
+Either way, spend that happened while the backend was away is never lost nor counted twice: commits
+of reservations held in the backend are queued and replayed with the idempotent settle script
+(keyed by reservation id), and spend booked locally is pushed with the idempotent absorb script
+(keyed by a batch token) as soon as the backend answers again, before anything else is decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
+
+from ._backend import (
+    BackendCorrupted,
+    BackendUnavailable,
+    BucketState,
+    BudgetBackend,
+    LocalBudgetBackend,
+    Op,
+)
+
+logger = logging.getLogger("veronica_mw")
+T = TypeVar("T")
+
+
+class Outcome(NamedTuple):
+    """A backend answer and where it came from: ``backend``, ``local`` (fallback), ``down`` (refused,
+    backend unreachable) or ``corrupt`` (refused, stored state unusable)."""
+
+    state: BucketState | None
+    source: str
+    local: LocalBudgetBackend | None = None
+
+
+class Failover:
+    """Wraps a pool's backend with outage detection, the fallback and the replay queue."""
+
+    def __init__(
+        self, backend: BudgetBackend, mode: str, retry_s: float, name: str, clock_op: Callable[[], Op]
+    ) -> None:
+        self.backend = backend
+        self._clock_op = clock_op  # an Op for "now" (current window), for replays nobody asked for
+        self._timer: threading.Timer | None = None
+        self.mode = mode
+        self.retry_s = retry_s
+        self.name = name
+        self._lock = threading.Lock()
+        self._down_until = 0.0
+        self._episode: LocalBudgetBackend | None = None
+        self._seeded: set[str] = set()
+        self._last: dict[str, BucketState] = {}
+        self._settles: dict[str, tuple[Op, int]] = {}
+        self._spend: dict[tuple[str, int], list[int]] = {}  # (bucket, window) -> [usd, steps]
+        self._batches: dict[str, tuple[str, int, int, int]] = {}  # token -> (bucket, window, usd, steps)
+
+    @property
+    def down(self) -> bool:
+        return time.monotonic() < self._down_until
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._settles or self._spend or self._batches)
+
+    # -- calls through the shared backend ----------------------------------------------------------
+
+    def _shared(self, op: Op, fn: Callable[[], T]) -> T:
+        if self.down:
+            raise BackendUnavailable("backend marked unavailable")
+        try:
+            if self.pending:
+                self.replay(op)
+            result = fn()
+        except BackendUnavailable as exc:
+            self._mark_down(exc)
+            raise
+        self._mark_up()
+        return result
+
+    def _mark_down(self, exc: BaseException) -> None:
+        with self._lock:
+            was_up = self._down_until == 0.0
+            self._down_until = time.monotonic() + self.retry_s
+        if was_up:
+            logger.warning(
+                "veronica_mw: budget pool %r lost its backend (%s); on_backend_error=%r",
+                self.name,
+                exc,
+                self.mode,
+            )
+
+    def _mark_up(self) -> None:
+        if self._down_until:
+            with self._lock:
+                self._down_until = 0.0
+                self._episode = None
+                self._seeded = set()
+            logger.warning("veronica_mw: budget pool %r backend is back; outage spend reconciled", self.name)
+
+    def _remember(self, bucket: str, state: BucketState) -> BucketState:
+        if len(self._last) > 100_000:
+            self._last.clear()
+        self._last[bucket] = state
+        return state
+
+    def _local(self, op: Op) -> LocalBudgetBackend:
+        with self._lock:
+            local = self._episode
+            if local is None:
+                local = self._episode = LocalBudgetBackend()
+            if op.bucket not in self._seeded:
+                # Start from what the shared backend last said (reservations counted as spent):
+                # this process then cannot spend more than was left when contact was lost.
+                self._seeded.add(op.bucket)
+                last = self._last.get(op.bucket)
+                if last is not None:
+                    local.absorb(op, last.win, "seed:" + op.bucket, last.spent + last.reserved, last.steps)
+        return local
+
+    def _add_spend(self, op: Op, usd: int, steps: int) -> None:
+        with self._lock:
+            entry = self._spend.setdefault((op.bucket, op.win), [0, 0])
+            entry[0] += usd
+            entry[1] += steps
+        self._schedule()
+
+    def _schedule(self) -> None:
+        # Push queued spend soon even if this process gets no more traffic: an idle worker must not
+        # sit on outage spend that the other workers need to see.
+        with self._lock:
+            if self._timer is not None:
+                return
+            self._timer = threading.Timer(max(self.retry_s, 0.05), self._tick)
+            self._timer.daemon = True
+        self._timer.start()
+
+    def _tick(self) -> None:
+        with self._lock:
+            self._timer = None
+        if self.pending:
+            self._try_replay(self._clock_op())
+        if self.pending:
+            self._schedule()
+
+    # -- the pool's operations ----------------------------------------------------------------------
+
+    def state(self, op: Op) -> Outcome:
+        try:
+            return Outcome(
+                self._remember(op.bucket, self._shared(op, lambda: self.backend.state(op))), "backend"
+            )
+        except BackendCorrupted as exc:
+            return self._corrupt(op, exc)
+        except BackendUnavailable:
+            return self._fallback_state(op)
+
+    async def astate(self, op: Op) -> Outcome:
+        if self.down:
+            return self._fallback_state(op)
+        try:
+            if self.pending:
+                await asyncio.to_thread(self.replay, op)
+            state = await self.backend.astate(op)
+        except BackendCorrupted as exc:
+            return self._corrupt(op, exc)
+        except BackendUnavailable as exc:
+            self._mark_down(exc)
+            return self._fallback_state(op)
+        self._mark_up()
+        return Outcome(self._remember(op.bucket, state), "backend")
+
+    def _fallback_state(self, op: Op) -> Outcome:
+        if self.mode == "deny":
+            return Outcome(None, "down")
+        local = self._local(op)
+        return Outcome(local.state(op), "local", local)
+
+    def _corrupt(self, op: Op, exc: BaseException) -> Outcome:
+        logger.error(
+            "veronica_mw: budget pool %r: bucket %s refused, stored state is corrupted: %s",
+            self.name,
+            op.bucket,
+            exc,
+        )
+        return Outcome(None, "corrupt")
+
+    def reserve(self, op: Op, res_id: str, amount: int, limit: int, limit_steps: int) -> Outcome:
+        try:
+            state = self._shared(op, lambda: self.backend.reserve(op, res_id, amount, limit, limit_steps))
+            return Outcome(self._remember(op.bucket, state), "backend")
+        except BackendCorrupted as exc:
+            return self._corrupt(op, exc)
+        except BackendUnavailable:
+            if self.mode == "deny":
+                return Outcome(None, "down")
+        local = self._local(op)
+        state = local.reserve(op, res_id, amount, limit, limit_steps)
+        if state.ok:
+            self._add_spend(op, 0, 1)
+        return Outcome(state, "local", local)
+
+    def settle(self, op: Op, res_id: str, actual: int, local: LocalBudgetBackend | None) -> None:
+        if local is not None:
+            if local.settle(op, res_id, actual):
+                self._add_spend(op, actual, 0)
+            if not self.down:
+                self._try_replay(op)
+            return
+        try:
+            self._shared(op, lambda: self.backend.settle(op, res_id, actual))
+        except BackendCorrupted as exc:
+            self._corrupt(op, exc)
+        except BackendUnavailable:
+            with self._lock:
+                self._settles[res_id] = (op, actual)
+            self._schedule()
+
+    def charge(self, op: Op, usd: int) -> None:
+        """Book spend that has no reservation (used only when a settle matches none)."""
+        self._add_spend(op, usd, 0)
+        self._try_replay(op)
+
+    def _try_replay(self, op: Op) -> None:
+        try:
+            self._shared(op, lambda: None)
+        except BackendUnavailable:
+            pass
+
+    def replay(self, op: Op) -> None:
+        """Push everything queued during an outage; raises BackendUnavailable if it is still down.
+
+        Each item is removed only after the backend confirmed it; a retried item is harmless
+        (settle is keyed by reservation id, absorb by batch token).
+        """
+        with self._lock:
+            settles = list(self._settles.items())
+            for (bucket, win), (usd, steps) in self._spend.items():
+                if usd or steps:
+                    self._batches[secrets.token_hex(12)] = (bucket, win, usd, steps)
+            self._spend.clear()
+            batches = list(self._batches.items())
+        for res_id, (settle_op, actual) in settles:
+            try:
+                self.backend.settle(settle_op, res_id, actual)
+            except BackendCorrupted as exc:
+                self._corrupt(settle_op, exc)
+            with self._lock:
+                self._settles.pop(res_id, None)
+        for token, (bucket, win, usd, steps) in batches:
+            current = Op(bucket, op.win, op.now_ms, op.key_ttl_ms, op.reservation_ttl_ms)
+            try:
+                self.backend.absorb(current, win, token, usd, steps)
+            except BackendCorrupted as exc:
+                self._corrupt(current, exc)
+            with self._lock:
+                self._batches.pop(token, None)

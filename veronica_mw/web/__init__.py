@@ -1,0 +1,1 @@
+"""ASGI and WSGI middlewares, problem+json refusals and the ASGI/WSGI vocabulary."""
