@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .instrumentation import instrument, uninstrument
 from .kernel.binding import ContextBinding
 from .kernel.budget import BudgetEnforcer
 from .kernel.cancellation import CancellationToken
@@ -11,6 +12,7 @@ from .kernel.context import get_current_execution_context
 from .kernel.exceptions import ExecutionHalted, MissingFrameworkError
 from .kernel.execution import ExecutionContext
 from .kernel.graph import CallNode, ExecutionGraph
+from .kernel.observer import Observer, add_observer, remove_observer
 from .kernel.parent import BudgetParent
 from .kernel.policy import PolicyContext, PolicyDecision, PolicyPipeline, RuntimePolicy
 from .kernel.pricing import TokenUsage
@@ -49,6 +51,7 @@ __all__ = [
     "HaltReason",
     "LocalBudgetBackend",
     "MissingFrameworkError",
+    "Observer",
     "PolicyContext",
     "PolicyDecision",
     "PolicyPipeline",
@@ -60,5 +63,9 @@ __all__ = [
     "VeronicaASGIMiddleware",
     "VeronicaWSGIMiddleware",
     "WrapOptions",
+    "add_observer",
     "get_current_execution_context",
+    "instrument",
+    "remove_observer",
+    "uninstrument",
 ]

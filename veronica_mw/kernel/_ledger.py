@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
+from . import observer as _obs
 from ._validate import check_number
 from .config import ExecutionConfig, WrapOptions
 from .context import current_node
@@ -56,6 +57,7 @@ class Ledger:
         _events: deque[ExecutionEvent] | None
         _open_keys: dict[Hashable, CallNode] | None
         _deadline: float
+        _observers: tuple[_obs.Observer, ...]
 
         @property
         def chain_id(self) -> str: ...
@@ -153,6 +155,9 @@ class Ledger:
                 self._parent_refused(parent)
                 return None
             node._held = True
+        if _obs._global or self._observers:
+            node._seen = True
+            _obs.notify(self._observers, "call_started", self, node)
         return node
 
     def _parent_refused(self, parent: BudgetParent) -> None:
@@ -181,7 +186,14 @@ class Ledger:
         return True
 
     def _close(
-        self, node: CallNode, status: str, cost: float, *, refund_step: bool = False, result: Any = _UNSET
+        self,
+        node: CallNode,
+        status: str,
+        cost: float,
+        *,
+        refund_step: bool = False,
+        result: Any = _UNSET,
+        error: BaseException | None = None,
     ) -> bool:
         """Settle ``node`` under the lock; return whether the committed cost is now past the ceiling.
 
@@ -207,6 +219,8 @@ class Ledger:
             self._parent.settle(node.reserved_usd, cost)  # type: ignore[union-attr]
         if refund_step and node._probe:
             self._breaker.release_probe()  # type: ignore[union-attr]
+        if node._seen:
+            _obs.notify(self._observers, "call_ended", self, node, error)
         return over
 
     def _commit(
@@ -260,11 +274,11 @@ class Ledger:
     def _fail(self, node: CallNode, exc: BaseException | None) -> None:
         if isinstance(exc, ExecutionHalted):
             # Halted inside (a nested wrap or an adapter): the call did run, but it is no failure.
-            self._close(node, "halted", node.reserved_usd)
+            self._close(node, "halted", node.reserved_usd, error=exc)
             return
         if node.status != "running":
             return
-        self._close(node, "error", 0.0)
+        self._close(node, "error", 0.0, error=exc)
         if node._probe:
             self._breaker.record_failure()  # type: ignore[union-attr]
         if exc is not None:

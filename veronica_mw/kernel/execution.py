@@ -16,11 +16,12 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from contextvars import Token
 from types import TracebackType
 from typing import Any
 
+from . import observer as _obs
 from ._calls import CallAPI
 from ._ledger import Ledger
 from .cancellation import CancellationToken
@@ -89,6 +90,8 @@ class ExecutionContext(Ledger, CallAPI):
         "_armed",
         "_started",
         "_deadline",
+        "_observers",
+        "_ended",
         "__weakref__",
     )
 
@@ -103,6 +106,7 @@ class ExecutionContext(Ledger, CallAPI):
         divergence_threshold: int = 25,
         halt_on_divergence: bool = False,
         timeout_pool: SharedTimeoutPool | None = None,
+        observers: Iterable[_obs.Observer] = (),
     ) -> None:
         if not isinstance(config, ExecutionConfig):
             raise TypeError(f"config must be an ExecutionConfig, got {type(config).__name__}")
@@ -110,6 +114,11 @@ class ExecutionContext(Ledger, CallAPI):
             raise TypeError(f"pipeline must be a PolicyPipeline, got {type(pipeline).__name__}")
         if circuit_breaker is not None and not callable(getattr(circuit_breaker, "check", None)):
             raise TypeError("circuit_breaker must have check()/record_success()/record_failure()")
+        self._observers: tuple[_obs.Observer, ...] = tuple(observers)
+        for observer in self._observers:
+            if not isinstance(observer, _obs.Observer):
+                raise TypeError(f"observers must be veronica_mw.Observer instances, got {observer!r}")
+        self._ended = False
         self.config = config
         # The id is formatted on demand; the token is made on demand (most contexts never need one).
         self._chain_prefix = _chain_prefix
@@ -180,6 +189,8 @@ class ExecutionContext(Ledger, CallAPI):
                 self._deadline = self._started + self.config.timeout_ms / 1000.0
                 pool = self._pool or SharedTimeoutPool.default()
                 self._timer = pool.schedule(self._deadline, self._on_deadline)
+        if _obs._global or self._observers:
+            _obs.notify(self._observers, "context_started", self)
         return self
 
     def disarm(self) -> None:
@@ -189,6 +200,10 @@ class ExecutionContext(Ledger, CallAPI):
         if timer is not None:
             self._timer = None
             (self._pool or SharedTimeoutPool.default()).cancel(timer)
+        if not self._ended and self._armed:
+            self._ended = True
+            if _obs._global or self._observers:
+                _obs.notify(self._observers, "context_ended", self)
 
     async def __aenter__(self) -> ExecutionContext:
         return self.__enter__()
@@ -296,8 +311,11 @@ class ExecutionContext(Ledger, CallAPI):
     def add_event(self, kind: str, detail: str, **data: Any) -> None:
         if self._events is None:
             self._events = deque(maxlen=256)
-        self._events.append(ExecutionEvent(kind, detail, data))
+        event = ExecutionEvent(kind, detail, data)
+        self._events.append(event)
         logger.info("veronica_mw: %s in context %s: %s", kind, self.chain_id, detail)
+        if _obs._global or self._observers:
+            _obs.notify(self._observers, "event", self, event)
 
     def _abort(
         self, reason: HaltReason, detail: str = "", retry_after: float | None = None, http_status: int = 429
@@ -314,6 +332,8 @@ class ExecutionContext(Ledger, CallAPI):
             self._reason = reason.value
             token = self._token
         logger.debug("veronica_mw: context %s halted: %s %s", self.chain_id, reason.value, detail)
+        if _obs._global or self._observers:
+            _obs.notify(self._observers, "halted", self, reason.value, detail)
         if token is not None:
             token.cancel(reason.value, detail)
 

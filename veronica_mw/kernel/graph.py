@@ -46,6 +46,7 @@ class CallNode:
         "_options",
         "_probe",
         "_held",
+        "_seen",
     )
 
     def __init__(self, node_id: int, kind: str, name: str, parent_id: int | None) -> None:
@@ -66,6 +67,7 @@ class CallNode:
         self._options: Any = None
         self._probe = False
         self._held = False
+        self._seen = False  # observers were told it started, so they are told it ended
 
     @property
     def settled(self) -> bool:

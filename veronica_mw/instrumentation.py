@@ -1,0 +1,71 @@
+"""``veronica_mw.instrument()``: zero-config containment of SDKs and frameworks, one adapter each.
+
+Each entry names an adapter module of this package that exposes ``instrument()`` and
+``uninstrument()`` (both idempotent) and the top-level module of the SDK it patches. The adapter
+module is imported only when asked for, so ``import veronica_mw`` stays framework-free; importing
+it without its SDK raises :class:`~veronica_mw.MissingFrameworkError` with the pip line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import threading
+from typing import NamedTuple
+
+from .kernel.exceptions import MissingFrameworkError
+
+
+class Instrumentor(NamedTuple):
+    module: str  # veronica_mw.adapters.<module>
+    sdk: str  # the SDK's top-level import name, probed with find_spec for the default set
+    extra: str  # pip install "veronica-mw[<extra>]"
+
+
+# Adapters add their line here; the order is the order ``instrument()`` patches them in.
+INSTRUMENTORS: dict[str, Instrumentor] = {}
+
+_lock = threading.Lock()
+_active: list[str] = []
+
+
+def installed(name: str) -> bool:
+    """Whether the SDK behind ``name`` can be imported (without importing it)."""
+    sdk = INSTRUMENTORS[name].sdk
+    try:
+        return importlib.util.find_spec(sdk) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a broken sys.modules entry
+        return False
+
+
+def instrument(*names: str) -> tuple[str, ...]:
+    """Instrument the named SDKs (default: every known one that is installed); return the names
+    instrumented by this call or earlier. Idempotent; :func:`uninstrument` undoes everything."""
+    for name in names:
+        if name not in INSTRUMENTORS:
+            known = ", ".join(sorted(INSTRUMENTORS)) or "none"
+            raise ValueError(f"unknown SDK {name!r} (known: {known})")
+    wanted = names or tuple(name for name in INSTRUMENTORS if installed(name))
+    with _lock:
+        for name in wanted:
+            if name in _active:
+                continue
+            entry = INSTRUMENTORS[name]
+            if not installed(name):
+                raise MissingFrameworkError(name, entry.extra, module=f"veronica_mw.adapters.{entry.module}")
+            adapter = importlib.import_module(f"veronica_mw.adapters.{entry.module}")
+            adapter.instrument()
+            _active.append(name)
+        return tuple(_active)
+
+
+def uninstrument() -> None:
+    """Restore every SDK patched by :func:`instrument`."""
+    with _lock:
+        while _active:
+            entry = INSTRUMENTORS[_active.pop()]
+            importlib.import_module(f"veronica_mw.adapters.{entry.module}").uninstrument()
+
+
+def instrumented() -> tuple[str, ...]:
+    return tuple(_active)
