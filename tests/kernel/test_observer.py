@@ -94,3 +94,63 @@ def test_observers_must_be_observer_instances() -> None:
         ExecutionContext(LIMITS, observers=[object()])  # type: ignore[list-item]
     with pytest.raises(TypeError):
         add_observer(object())  # type: ignore[arg-type]
+
+
+class Nodes(Observer):
+    """Keeps what observers may read of each node, at start and at end."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, int, bool, str | None]] = []
+        self.ended: list[tuple[str, str, str | None, str]] = []
+
+    def call_started(self, ctx: ExecutionContext, node: CallNode) -> None:
+        self.started.append((node.name, node.step, node.inline, node.options.gen_ai_operation or None))
+
+    def call_ended(self, ctx: ExecutionContext, node: CallNode, error: BaseException | None) -> None:
+        self.ended.append((node.name, node.status, node.response_model, type(error).__name__))
+
+
+def test_nodes_carry_step_inline_options_and_the_reported_model() -> None:
+    rec = Nodes()
+    priced = {"usage": {"input_tokens": 10, "output_tokens": 5}, "model": "gpt-4o-mini"}
+    with ExecutionContext(
+        ExecutionConfig(max_cost_usd=1, max_steps=9, max_retries_total=0), observers=[rec]
+    ) as ctx:
+        ctx.call_llm(lambda: priced, options=WrapOptions(operation_name="a", model="gpt-4o-mini"))
+        ctx.call_llm(lambda: "no usage", options=WrapOptions(operation_name="b", model="gpt-4o"))
+        node = ctx.begin_call("llm", WrapOptions(operation_name="c", gen_ai_operation="embeddings"))
+        node.release()  # a released step is given back: the next call is step 3 again
+        node = ctx.begin_call("llm", WrapOptions(operation_name="d"))
+        node.commit(cost_usd=0.001, model="gpt-4o-2024-08-06")
+    assert rec.started == [
+        ("a", 1, True, None),
+        ("b", 2, True, None),
+        ("c", 3, False, "embeddings"),
+        ("d", 3, False, None),
+    ]
+    assert rec.ended == [
+        ("a", "ok", "gpt-4o-mini", "NoneType"),  # named by the result
+        ("b", "ok", None, "NoneType"),  # the request's model, but nothing reported one
+        ("c", "released", None, "NoneType"),
+        ("d", "ok", "gpt-4o-2024-08-06", "NoneType"),
+    ]
+
+
+def test_an_interrupted_call_reports_what_interrupted_it() -> None:
+    rec = Nodes()
+
+    def stop() -> None:
+        raise KeyboardInterrupt
+
+    ctx = ExecutionContext(LIMITS, observers=[rec])
+    with pytest.raises(KeyboardInterrupt):
+        ctx.call_tool(stop, options=WrapOptions(operation_name="t"))
+    assert rec.ended == [("t", "interrupted", None, "KeyboardInterrupt")]
+
+
+def test_describing_options_are_validated() -> None:
+    with pytest.raises(TypeError, match="gen_ai_operation"):
+        WrapOptions(gen_ai_operation=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="session_message"):
+        WrapOptions(session_message="yes")  # type: ignore[arg-type]
+    assert WrapOptions().session_message is False and WrapOptions().gen_ai_operation == ""

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw import (
+    ExecutionConfig,
+    ExecutionContext,
+    ExecutionHalted,
+    Observer,
+    add_observer,
+    remove_observer,
+)
 from veronica_mw.kernel.context import PendingContext, current_context
 from veronica_mw.web.problem import (
     STRICT_DEFAULT,
@@ -244,3 +251,21 @@ def test_pool_failure_logs_and_refuses_with_503(caplog: pytest.LogCaptureFixture
     assert data["detail"] == "budget pool unavailable (ConnectionError)"
     assert dict(headers)[b"retry-after"] == b"1"
     assert len(caplog.records) == 1 and isinstance(caplog.records[0].exc_info[1], ConnectionError)  # type: ignore[index]
+
+
+def test_observers_hear_of_every_pool_refusal(caplog: pytest.LogCaptureFixture) -> None:
+    heard: list[tuple[str, str, int]] = []
+
+    class Listener(Observer):
+        def refused(self, reason: str, detail: str, status: int) -> None:
+            heard.append((reason, detail, status))
+
+    listener = Listener()
+    add_observer(listener)
+    try:
+        with caplog.at_level(logging.CRITICAL, logger="veronica_mw"):
+            refusal_response(pool_failure(ConnectionError("redis down"), "/chat"), CONFIG)
+    finally:
+        remove_observer(listener)
+    refusal_response(pool_failure(ConnectionError("not heard"), "/chat"), CONFIG)
+    assert heard == [("policy_denied", "budget pool unavailable (ConnectionError)", 503)]

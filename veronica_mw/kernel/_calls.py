@@ -28,10 +28,10 @@ class CallAPI:
     if TYPE_CHECKING:
 
         def _begin(
-            self, kind: str, options: WrapOptions, key: Any, parent_id: int | None
+            self, kind: str, options: WrapOptions, key: Any, parent_id: int | None, inline: bool = False
         ) -> CallNode | None: ...
         def _fail(self, node: CallNode, exc: BaseException | None) -> None: ...
-        def _interrupt(self, node: CallNode) -> None: ...
+        def _interrupt(self, node: CallNode, exc: BaseException | None = None) -> None: ...
         def halted_error(self) -> ExecutionHalted: ...
 
     # -- Decision-returning forms ------------------------------------------------------------------
@@ -76,13 +76,13 @@ class CallAPI:
     # -- shared shells -----------------------------------------------------------------------------
 
     def _wrap(self, kind: str, fn: Callable[[], Any], options: WrapOptions | None) -> Decision:
-        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None)
+        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
         if node is None:
             return Decision.HALT
         return node.commit(self._run(node, fn, (), {}))
 
     async def _awrap(self, kind: str, fn: Callable[[], Any], options: WrapOptions | None) -> Decision:
-        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None)
+        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
         if node is None:
             return Decision.HALT
         return node.commit(await self._arun(node, fn, (), {}))
@@ -90,7 +90,7 @@ class CallAPI:
     def _call(
         self, kind: str, fn: Callable[..., Any], args: Any, kwargs: Any, options: WrapOptions | None
     ) -> Any:
-        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None)
+        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
         if node is None:
             raise self.halted_error()
         result = self._run(node, fn, args, kwargs)
@@ -100,7 +100,7 @@ class CallAPI:
     async def _acall(
         self, kind: str, fn: Callable[..., Any], args: Any, kwargs: Any, options: WrapOptions | None
     ) -> Any:
-        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None)
+        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
         if node is None:
             raise self.halted_error()
         result = await self._arun(node, fn, args, kwargs)
@@ -114,8 +114,8 @@ class CallAPI:
         except Exception as exc:
             self._fail(node, exc)
             raise
-        except BaseException:
-            self._interrupt(node)
+        except BaseException as exc:
+            self._interrupt(node, exc)
             raise
         finally:
             current_node.reset(token)
@@ -130,8 +130,8 @@ class CallAPI:
         except Exception as exc:
             self._fail(node, exc)
             raise
-        except BaseException:
-            self._interrupt(node)
+        except BaseException as exc:
+            self._interrupt(node, exc)
             raise
         finally:
             current_node.reset(token)

@@ -74,7 +74,12 @@ class Ledger:
         def record_retry(self, exc: BaseException | None = None) -> bool: ...
 
     def _begin(
-        self, kind: str, options: WrapOptions, key: Hashable | None, parent_id: int | None
+        self,
+        kind: str,
+        options: WrapOptions,
+        key: Hashable | None,
+        parent_id: int | None,
+        inline: bool = False,
     ) -> CallNode | None:
         if kind != "llm" and kind != "tool":
             raise ValueError(f"kind must be 'llm' or 'tool', got {kind!r}")
@@ -131,6 +136,7 @@ class Ledger:
                 node._options = options
                 node.reserved_usd = hint
                 node.model = options.model
+                node.step = self._steps
                 if key is not None:
                     node.key = key
                     self._open_keys[key] = node  # type: ignore[index]
@@ -157,6 +163,7 @@ class Ledger:
             node._held = True
         if _obs._global or self._observers:
             node._seen = True
+            node.inline = inline
             _obs.notify(self._observers, "call_started", self, node)
         return node
 
@@ -245,6 +252,8 @@ class Ledger:
         self, node: CallNode, result: Any, cost_usd: float | None, usage: TokenUsage | Any, model: str | None
     ) -> float:
         options: WrapOptions = node._options
+        if model:
+            node.response_model = model
         if cost_usd is not None:
             return check_number("cost_usd", cost_usd)
         if options.cost_fn is not None:
@@ -257,6 +266,8 @@ class Ledger:
         model = model or options.model
         if tokens is None and result is not _UNSET:
             tokens, found_model = extract_usage(result)
+            if found_model and not node.response_model:
+                node.response_model = found_model
             model = model or found_model
         if tokens is None:
             return node.reserved_usd
@@ -291,7 +302,7 @@ class Ledger:
     def _release(self, node: CallNode, status: str) -> None:
         self._close(node, status, 0.0, refund_step=True)
 
-    def _interrupt(self, node: CallNode) -> None:
+    def _interrupt(self, node: CallNode, exc: BaseException | None = None) -> None:
         # Cancelled mid-call (asyncio.CancelledError, KeyboardInterrupt): the call may have cost
         # money, so the reservation is kept as spent rather than given back.
-        self._close(node, "interrupted", node.reserved_usd)
+        self._close(node, "interrupted", node.reserved_usd, error=exc)

@@ -47,6 +47,11 @@ class WrapOptions:
     overshoot ``max_cost_usd``; the actual cost replaces it afterwards. ``cost_fn(result)``, when
     given, computes that actual cost; otherwise usage found in the result is priced for ``model``
     (or the model the result names) with genai-prices.
+
+    Two fields only describe the call to observers (OpenTelemetry, the audit log); the kernel
+    ignores them: ``gen_ai_operation`` is what kind of model call it is (``"chat"`` when empty,
+    ``"embeddings"``, ``"text_completion"``, ...), and ``session_message`` marks a step that is a
+    message of a session (a WebSocket receive or send) rather than a tool call.
     """
 
     operation_name: str = ""
@@ -54,13 +59,18 @@ class WrapOptions:
     model: str | None = None
     provider: str | None = None
     cost_fn: Callable[[Any], float] | None = None
+    gen_ai_operation: str = ""
+    session_message: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "cost_estimate_hint", check_number("cost_estimate_hint", self.cost_estimate_hint)
         )
-        if not isinstance(self.operation_name, str):
-            raise TypeError(f"operation_name must be a str, got {type(self.operation_name).__name__}")
+        for field in ("operation_name", "gen_ai_operation"):
+            if not isinstance(getattr(self, field), str):
+                raise TypeError(f"{field} must be a str, got {type(getattr(self, field)).__name__}")
+        if not isinstance(self.session_message, bool):
+            raise TypeError(f"session_message must be a bool, got {type(self.session_message).__name__}")
         for field in ("model", "provider"):
             value = getattr(self, field)
             if value is not None and not isinstance(value, str):

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .config import DEFAULT_OPTIONS, WrapOptions
 from .reasons import Decision
 
 if TYPE_CHECKING:
@@ -26,6 +27,12 @@ class CallNode:
 
     ``ctx.begin_call(...)`` returns it; exactly one of :meth:`commit`, :meth:`fail` or
     :meth:`release` settles it (later ones are no-ops, so several hooks may report one call).
+
+    For observers: ``step`` is the call's 1-based step number in its context, ``options`` the
+    :class:`~veronica_mw.WrapOptions` it was admitted with, ``response_model`` the model its
+    settlement reported (None when none was), and ``inline`` says the kernel itself runs the call
+    (the ``wrap_*``/``call_*`` forms), so it ends on the thread and ``contextvars`` context it
+    started in; a ``begin_call`` node may be settled anywhere.
     """
 
     __slots__ = (
@@ -42,6 +49,9 @@ class CallNode:
         "model",
         "reserved_usd",
         "key",
+        "step",
+        "inline",
+        "response_model",
         "_ctx",
         "_options",
         "_probe",
@@ -63,11 +73,18 @@ class CallNode:
         self.model: str | None = None
         self.reserved_usd = 0.0
         self.key: Any = None
+        self.step = 0
+        self.inline = False
+        self.response_model: str | None = None
         self._ctx: ExecutionContext | None = None
         self._options: Any = None
         self._probe = False
         self._held = False
         self._seen = False  # observers were told it started, so they are told it ended
+
+    @property
+    def options(self) -> WrapOptions:
+        return self._options or DEFAULT_OPTIONS
 
     @property
     def settled(self) -> bool:

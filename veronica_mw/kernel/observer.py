@@ -46,6 +46,11 @@ class Observer:
     def context_ended(self, ctx: ExecutionContext) -> None:
         """The context left its scope (``with`` exit, end of the request); final usage is known."""
 
+    def refused(self, reason: str, detail: str, status: int) -> None:
+        """A request or session was refused before it had a context (a tenant budget pool said no,
+        or was unavailable); the middleware answers it with HTTP ``status`` (429 or 503). Called on
+        the thread handling the request, so the server's request span is current."""
+
 
 _lock = threading.Lock()
 _global: tuple[Observer, ...] = ()

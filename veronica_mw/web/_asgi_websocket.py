@@ -31,8 +31,9 @@ from .types import Message, Receive, Scope, Send
 logger = logging.getLogger("veronica_mw")
 
 CLOSE_POLICY_VIOLATION = 1008
-_RECEIVE = WrapOptions(operation_name="websocket.receive")
-_SEND = WrapOptions(operation_name="websocket.send")
+# Steps of the session, not tool calls: observers count them rather than trace each one.
+_RECEIVE = WrapOptions(operation_name="websocket.receive", session_message=True)
+_SEND = WrapOptions(operation_name="websocket.send", session_message=True)
 _HTTP_RESPONSE_EXTENSION = "websocket.http.response"
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..kernel import observer as _obs
 from ..kernel.config import ExecutionConfig
 from ..kernel.context import PendingContext, current_context
 from ..kernel.exceptions import ExecutionHalted
@@ -328,8 +329,12 @@ def pool_failure(exc: BaseException, path: str) -> PoolFailure:
 def refusal_response(
     adm: Admission, config: ExecutionConfig | None
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """The problem response for a pool refusal (before the app ran: nothing used yet)."""
+    """The problem response for a pool refusal (before the app ran: nothing used yet).
+
+    Every middleware answers a refusal through here, so this is where observers hear of it."""
     detail = getattr(adm, "detail", "") or f"admission refused: {adm.reason}"
+    if _obs._global:
+        _obs.notify((), "refused", adm.reason, detail, adm.status)
     return problem_response(
         adm.reason,
         config=config,
