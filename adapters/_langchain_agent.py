@@ -9,6 +9,11 @@ same step instead of counting a second one.
 On HALT, ``exit_behavior="raise"`` raises :class:`~veronica_mw.ExecutionHalted` out of the agent;
 ``"end"`` answers for the model with an ``AIMessage`` without tool calls, so the agent ends with
 the messages it has (the partial result), like LangChain's own ``exit_behavior="end"``.
+
+Verification and control (see :mod:`._langchain_control`): an answer an output check rejects is
+asked again with the check's feedback (bounded by the retry budget); a fallback model a policy
+chose is swapped in; a tool call an approval policy gates waits for the approver (without blocking
+the event loop in async agents) and runs with edited arguments, or answers with the rejection.
 """
 
 from __future__ import annotations
@@ -31,8 +36,24 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from langgraph.types import Command
 
-from .. import CallNode, ContextBinding, ExecutionConfig, ExecutionContext, ExecutionHalted, WrapOptions
+from .. import (
+    CallNode,
+    ContextBinding,
+    ExecutionConfig,
+    ExecutionContext,
+    ExecutionHalted,
+    OutputRejected,
+    ToolCallRejected,
+    WrapOptions,
+)
 from ._langchain_claims import claimed
+from ._langchain_control import (
+    check_tool_arguments,
+    edited_request,
+    reask_request,
+    rejected_tool_message,
+    with_fallback,
+)
 
 if TYPE_CHECKING:
     # Only used in annotations; not exported by (or missing from) langchain 1.0.
@@ -134,6 +155,14 @@ class VeronicaAgentMiddleware(_Base):
         else:
             node.commit()
 
+    @staticmethod
+    async def _acommit_model(node: CallNode, response: ModelResult) -> None:
+        message = _message_of(response)
+        if message is not None:
+            await node.acommit(message)  # async output checks are awaited here
+        else:
+            node.commit()
+
     # -- model calls --------------------------------------------------------------------------------
 
     def wrap_model_call(
@@ -142,21 +171,25 @@ class VeronicaAgentMiddleware(_Base):
         ctx = self._binding.resolve()
         if ctx is None:
             return handler(request)
-        try:
-            node = ctx.begin_call("llm", self._model_options(request))
-        except ExecutionHalted as halt:
-            return self._model_halted(halt)
-        try:
-            with claimed(ctx, node):
-                response = handler(request)
-        except ExecutionHalted as halt:
-            node.fail(halt)
-            return self._model_halted(halt)
-        except BaseException as exc:
-            self._settle_error(node, exc)
-            raise
-        self._commit_model(node, response)
-        return response
+        while True:  # re-asked after a rejected answer; the kernel bounds it by the retry budget
+            try:
+                node = ctx.begin_call("llm", self._model_options(request))
+            except ExecutionHalted as halt:
+                return self._model_halted(halt)
+            try:
+                with claimed(ctx, node):
+                    response = handler(with_fallback(request, node))
+                self._commit_model(node, response)
+            except OutputRejected as rejected:
+                request = reask_request(request, rejected)
+                continue
+            except ExecutionHalted as halt:
+                node.fail(halt)
+                return self._model_halted(halt)
+            except BaseException as exc:
+                self._settle_error(node, exc)
+                raise
+            return response
 
     async def awrap_model_call(
         self,
@@ -166,21 +199,25 @@ class VeronicaAgentMiddleware(_Base):
         ctx = self._binding.resolve()
         if ctx is None:
             return await handler(request)
-        try:
-            node = ctx.begin_call("llm", self._model_options(request))
-        except ExecutionHalted as halt:
-            return self._model_halted(halt)
-        try:
-            with claimed(ctx, node):
-                response = await handler(request)
-        except ExecutionHalted as halt:
-            node.fail(halt)
-            return self._model_halted(halt)
-        except BaseException as exc:
-            self._settle_error(node, exc)
-            raise
-        self._commit_model(node, response)
-        return response
+        while True:
+            try:
+                node = ctx.begin_call("llm", self._model_options(request))
+            except ExecutionHalted as halt:
+                return self._model_halted(halt)
+            try:
+                with claimed(ctx, node):
+                    response = await handler(with_fallback(request, node))
+                await self._acommit_model(node, response)
+            except OutputRejected as rejected:
+                request = reask_request(request, rejected)
+                continue
+            except ExecutionHalted as halt:
+                node.fail(halt)
+                return self._model_halted(halt)
+            except BaseException as exc:
+                self._settle_error(node, exc)
+                raise
+            return response
 
     # -- tool calls ---------------------------------------------------------------------------------
 
@@ -190,13 +227,21 @@ class VeronicaAgentMiddleware(_Base):
         ctx = self._binding.resolve()
         if ctx is None:
             return handler(request)
+        call = request.tool_call
         try:
-            node = ctx.begin_call("tool", WrapOptions(operation_name=request.tool_call["name"]))
+            node = ctx.begin_call(
+                "tool",
+                WrapOptions(operation_name=call["name"]),
+                arguments=call["args"],
+                editable=check_tool_arguments,
+            )
         except ExecutionHalted as halt:
             return self._tool_halted(halt, request)
+        except ToolCallRejected as rejected:
+            return rejected_tool_message(request, rejected)
         try:
             with claimed(ctx, node):
-                result = handler(request)
+                result = handler(edited_request(request, node))
         except ExecutionHalted as halt:
             node.fail(halt)
             return self._tool_halted(halt, request)
@@ -212,13 +257,21 @@ class VeronicaAgentMiddleware(_Base):
         ctx = self._binding.resolve()
         if ctx is None:
             return await handler(request)
-        try:
-            node = ctx.begin_call("tool", WrapOptions(operation_name=request.tool_call["name"]))
+        call = request.tool_call
+        try:  # waits for an approver, when a policy gates this tool, without blocking the loop
+            node = await ctx.abegin_call(
+                "tool",
+                WrapOptions(operation_name=call["name"]),
+                arguments=call["args"],
+                editable=check_tool_arguments,
+            )
         except ExecutionHalted as halt:
             return self._tool_halted(halt, request)
+        except ToolCallRejected as rejected:
+            return rejected_tool_message(request, rejected)
         try:
             with claimed(ctx, node):
-                result = await handler(request)
+                result = await handler(edited_request(request, node))
         except ExecutionHalted as halt:
             node.fail(halt)
             return self._tool_halted(halt, request)

@@ -114,6 +114,7 @@ class VeronicaCallbackHandler(BaseCallbackHandler):
         serialized: Mapping[str, Any] | None,
         metadata: Mapping[str, Any] | None,
         extra: Mapping[str, Any],
+        arguments: Any = None,
     ) -> None:
         ctx = self._resolve()
         if ctx is None:
@@ -131,7 +132,10 @@ class VeronicaCallbackHandler(BaseCallbackHandler):
                 else 0.0,
                 model=model if isinstance(model, str) and model else None,
             )
-            node = ctx.begin_call(kind, options, key=run_id)  # raises ExecutionHalted: call never runs
+            # Raises ExecutionHalted (or ToolCallRejected): the call never runs. A tool an approval
+            # policy gates waits here for the approver, who sees its arguments (no edits: a
+            # callback cannot change what the tool runs with).
+            node = ctx.begin_call(kind, options, key=run_id, arguments=arguments)
         self._open[run_id] = node
 
     def _fail(self, run_id: UUID, error: BaseException) -> None:
@@ -180,6 +184,8 @@ class VeronicaCallbackHandler(BaseCallbackHandler):
         if node is None:
             return
         message, usage, model = _llm_outcome(response)
+        if message is None and response.generations and response.generations[0]:
+            message = response.generations[0][0]  # a text LLM's Generation: what output checks read
         if message is not None:
             node.commit(message, usage=usage, model=model)
         else:
@@ -204,7 +210,7 @@ class VeronicaCallbackHandler(BaseCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._begin("tool", run_id, serialized, metadata, kwargs)
+        self._begin("tool", run_id, serialized, metadata, kwargs, inputs if inputs is not None else input_str)
 
     def on_tool_end(
         self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any

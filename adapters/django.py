@@ -10,7 +10,8 @@ Two ways in (use one; if both are present the outer one owns the request and the
 ``settings.VERONICA`` keys: ``max_cost_usd``, ``max_steps``, ``max_retries_total`` (required unless
 ``config`` is given), ``timeout_ms``; or ``config`` (a callable of ``request.META``, or its dotted
 path); ``default_config`` (an ``ExecutionConfig`` or a dict of limits), ``exclude_paths``,
-``budget_pool`` and ``circuit_breaker`` (objects or dotted paths), ``usage_headers``.
+``budget_pool`` and ``circuit_breaker`` (objects or dotted paths), ``usage_headers``; ``checks`` and
+``policies`` (lists of objects or dotted paths: output checks, runtime policies).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..kernel.execution import ExecutionContext
 from ..web._wsgi_scope import END, Headers, RequestScope, halt_refusal, next_in_context, wsgi_headers
 from ..web.problem import (
     ConfigResolver,
+    context_options,
     find_halt,
     middleware_active,
     pool_failure,
@@ -47,7 +49,10 @@ from ..web.wsgi import ENVIRON_KEY, VeronicaWSGIMiddleware
 __all__ = ["VeronicaMiddleware", "middleware_options", "wrap_wsgi_application"]
 
 _LIMITS = ("max_cost_usd", "max_steps", "max_retries_total", "timeout_ms")
-_OPTIONS = ("config", "default_config", "exclude_paths", "budget_pool", "usage_headers", "circuit_breaker")
+_OPTIONS = (
+    "config", "default_config", "exclude_paths", "budget_pool", "usage_headers", "circuit_breaker", "checks",
+    "policies",
+)  # fmt: skip
 
 
 def _limits(value: Any, where: str) -> ExecutionConfig:
@@ -100,6 +105,15 @@ def middleware_options() -> dict[str, Any]:
         raise ImproperlyConfigured("settings.VERONICA['circuit_breaker'] must be a CircuitBreaker")
     options["circuit_breaker"] = breaker
     options["usage_headers"] = bool(raw.get("usage_headers", False))
+    for key in ("checks", "policies"):
+        value = raw.get(key, ())
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ImproperlyConfigured(f"settings.VERONICA[{key!r}] must be a list")
+        options[key] = [_loaded(item) for item in value]
+    try:  # a bad check or policy is a settings error at startup, not a failure per request
+        context_options(options["checks"], options["policies"])
+    except (TypeError, ValueError) as exc:
+        raise ImproperlyConfigured(f"settings.VERONICA checks/policies: {exc}") from exc
     return options
 
 
@@ -167,6 +181,7 @@ class VeronicaMiddleware:
         self._pool = pool
         self._usage = options["usage_headers"]
         self._breaker = options["circuit_breaker"]
+        self._options = context_options(options["checks"], options["policies"])
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         meta = request.META
@@ -188,7 +203,7 @@ class VeronicaMiddleware:
                 return _problem(status, wsgi_headers(raw), body)
             extra = [(str(name), str(value)) for name, value in adm.headers]
             ledger = adm.ledger
-        scope = RequestScope(config, self._breaker, ledger, path)
+        scope = RequestScope(config, self._breaker, ledger, path, self._options)
         meta[ENVIRON_KEY] = scope.ctx
         token = current_context.set(scope)
         try:

@@ -33,7 +33,7 @@ import os
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from .. import ExecutionContext, ExecutionHalted, get_current_execution_context
+from .. import ExecutionContext, ExecutionHalted, OutputRejected, ToolCallRejected, get_current_execution_context
 from ._langchain_handler import COST_HINT_METADATA_KEY, VeronicaCallbackHandler
 
 if TYPE_CHECKING:
@@ -96,11 +96,15 @@ _auto_handler_var: ContextVar[BaseCallbackHandler | None] = ContextVar(
 register_configure_hook(_auto_handler_var, inheritable=True)
 
 
-class _HaltLogFilter(logging.Filter):
-    """Drop LangChain's "Error in <handler> callback" warning when the error is our halt.
+_EXPECTED = tuple(f"{cls.__name__}(" for cls in (ExecutionHalted, OutputRejected, ToolCallRejected))
 
-    LangChain logs every handler exception before re-raising it; a halt is expected control flow
-    (it still propagates as ExecutionHalted), not a callback failure worth a warning per run.
+
+class _HaltLogFilter(logging.Filter):
+    """Drop LangChain's "Error in <handler> callback" warning when the error is our halt (or a
+    rejected output or tool call).
+
+    LangChain logs every handler exception before re-raising it; these are expected control flow
+    (they still propagate), not a callback failure worth a warning per run.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -111,7 +115,7 @@ class _HaltLogFilter(logging.Filter):
             and isinstance(args, tuple)
             and bool(args)
             and isinstance(args[-1], str)
-            and args[-1].startswith(f"{ExecutionHalted.__name__}(")
+            and args[-1].startswith(_EXPECTED)
         )
 
 

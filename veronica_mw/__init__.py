@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .control import CheckResult, Forbidden, JsonOutput, MaxLength, ModelOutput
 from .instrumentation import instrument, uninstrument
 from .kernel.binding import ContextBinding
 from .kernel.budget import BudgetEnforcer
@@ -9,7 +10,7 @@ from .kernel.cancellation import CancellationToken
 from .kernel.circuit_breaker import CircuitBreaker, CircuitState
 from .kernel.config import ExecutionConfig, WrapOptions
 from .kernel.context import get_current_execution_context
-from .kernel.exceptions import ExecutionHalted, MissingFrameworkError
+from .kernel.exceptions import ExecutionHalted, MissingFrameworkError, OutputRejected, ToolCallRejected
 from .kernel.execution import ExecutionContext
 from .kernel.graph import CallNode, ExecutionGraph
 from .kernel.observer import Observer, add_observer, remove_observer
@@ -37,6 +38,7 @@ __all__ = [
     "CallKind",
     "CallNode",
     "CancellationToken",
+    "CheckResult",
     "CircuitBreaker",
     "CircuitState",
     "ContextBinding",
@@ -48,10 +50,15 @@ __all__ = [
     "ExecutionGraph",
     "ExecutionHalted",
     "ExecutionSnapshot",
+    "Forbidden",
     "HaltReason",
+    "JsonOutput",
     "LocalBudgetBackend",
+    "MaxLength",
     "MissingFrameworkError",
+    "ModelOutput",
     "Observer",
+    "OutputRejected",
     "PolicyContext",
     "PolicyDecision",
     "PolicyPipeline",
@@ -60,6 +67,7 @@ __all__ = [
     "RuntimePolicy",
     "SharedTimeoutPool",
     "TokenUsage",
+    "ToolCallRejected",
     "VeronicaASGIMiddleware",
     "VeronicaWSGIMiddleware",
     "WrapOptions",

@@ -1,1 +1,27 @@
-"""Control of calls: output checks, model downgrade and human approvals."""
+"""Verification and control of calls: output checks, model downgrade and human approvals.
+
+Everything here plugs into the kernel (:mod:`veronica_mw.kernel._control`), so every adapter, the
+provider instrumentation and explicit ``ctx.call_llm`` get it at once.
+"""
+
+from __future__ import annotations
+
+from ..kernel._control import install_verifier_builder
+from ..kernel.exceptions import OutputRejected, ToolCallRejected
+from ._suite import CheckSuite
+from .checks import CheckResult, Forbidden, JsonOutput, MaxLength
+from .outputs import ModelOutput, extract_text
+
+install_verifier_builder(CheckSuite)
+
+__all__ = [
+    "CheckResult",
+    "CheckSuite",
+    "Forbidden",
+    "JsonOutput",
+    "MaxLength",
+    "ModelOutput",
+    "OutputRejected",
+    "ToolCallRejected",
+    "extract_text",
+]

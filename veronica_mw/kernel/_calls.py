@@ -9,6 +9,7 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._verdicts import ToolCall
 from .config import DEFAULT_OPTIONS, WrapOptions
 from .context import current_node
 from .exceptions import ExecutionHalted
@@ -33,6 +34,8 @@ class CallAPI:
         def _fail(self, node: CallNode, exc: BaseException | None) -> None: ...
         def _interrupt(self, node: CallNode, exc: BaseException | None = None) -> None: ...
         def halted_error(self) -> ExecutionHalted: ...
+        def _approve(self, node: CallNode, arguments: Any, editable: Any) -> None: ...
+        async def _aapprove(self, node: CallNode, arguments: Any, editable: Any) -> None: ...
 
     # -- Decision-returning forms ------------------------------------------------------------------
 
@@ -75,17 +78,30 @@ class CallAPI:
 
     # -- shared shells -----------------------------------------------------------------------------
 
+    # A halt found while settling (a failed output check) is a HALT decision here, like any other;
+    # OutputRejected propagates, so the caller's retry loop asks again.
+
     def _wrap(self, kind: str, fn: Callable[[], Any], options: WrapOptions | None) -> Decision:
         node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
         if node is None:
             return Decision.HALT
-        return node.commit(self._run(node, fn, (), {}))
+        try:
+            if node._gates:
+                self._approve(node, None, False)
+            return node.commit(self._run(node, fn, (), {}))
+        except ExecutionHalted:
+            return Decision.HALT
 
     async def _awrap(self, kind: str, fn: Callable[[], Any], options: WrapOptions | None) -> Decision:
         node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
         if node is None:
             return Decision.HALT
-        return node.commit(await self._arun(node, fn, (), {}))
+        try:
+            if node._gates:
+                await self._aapprove(node, None, False)
+            return await node.acommit(await self._arun(node, fn, (), {}))
+        except ExecutionHalted:
+            return Decision.HALT
 
     def _call(
         self, kind: str, fn: Callable[..., Any], args: Any, kwargs: Any, options: WrapOptions | None
@@ -93,6 +109,11 @@ class CallAPI:
         node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
         if node is None:
             raise self.halted_error()
+        if node._gates:
+            call = ToolCall(fn, args, kwargs)
+            self._approve(node, call.arguments, call.editable)
+            if node.edited_arguments is not None:
+                args, kwargs = call.rebuild(node.edited_arguments)
         result = self._run(node, fn, args, kwargs)
         node.commit(result)
         return result
@@ -103,8 +124,13 @@ class CallAPI:
         node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
         if node is None:
             raise self.halted_error()
+        if node._gates:
+            call = ToolCall(fn, args, kwargs)
+            await self._aapprove(node, call.arguments, call.editable)
+            if node.edited_arguments is not None:
+                args, kwargs = call.rebuild(node.edited_arguments)
         result = await self._arun(node, fn, args, kwargs)
-        node.commit(result)
+        await node.acommit(result)
         return result
 
     def _run(self, node: CallNode, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:

@@ -26,6 +26,7 @@ from .reasons import Decision, HaltReason
 from .snapshot import ExecutionEvent
 
 if TYPE_CHECKING:
+    from ._control import OutputVerifier, Rejection
     from .circuit_breaker import CircuitBreaker
     from .parent import BudgetParent
 
@@ -58,6 +59,7 @@ class Ledger:
         _open_keys: dict[Hashable, CallNode] | None
         _deadline: float
         _observers: tuple[_obs.Observer, ...]
+        _verifier: OutputVerifier | None
 
         @property
         def chain_id(self) -> str: ...
@@ -72,6 +74,9 @@ class Ledger:
         def _graph_locked(self) -> ExecutionGraph: ...
         def add_event(self, kind: str, detail: str, **data: Any) -> None: ...
         def record_retry(self, exc: BaseException | None = None) -> bool: ...
+        def _fallback_hint(self, hint: float, options: WrapOptions, fallback: str) -> float: ...
+        def _downgrade_unsupported(self, node: CallNode) -> None: ...
+        def _reject(self, node: CallNode, cost: float, rejection: Rejection) -> None: ...
 
     def _begin(
         self,
@@ -91,6 +96,7 @@ class Ledger:
         hint = options.cost_estimate_hint
         name = options.operation_name or kind
         config = self.config
+        fallback: str | None = None
         if self._pipeline is not None:
             decision = self._pipeline.evaluate(
                 PolicyContext(
@@ -101,12 +107,17 @@ class Ledger:
                     kind=kind,
                     operation_name=name,
                     chain_id=self.chain_id,
+                    max_cost_usd=config.max_cost_usd,
                 )
             )
             if not decision.allowed:
                 wait = decision.rate_limit_ms / 1000.0 if decision.rate_limit_ms else None
                 self._abort(HaltReason.POLICY_DENIED, f"{decision.policy_type}: {decision.reason}", wait)
                 return None
+            if decision.fallback_model is not None and kind == "llm":
+                # MODIFY: the call runs on the fallback, so it is reserved at the fallback's price.
+                fallback = decision.fallback_model
+                hint = self._fallback_hint(hint, options, fallback)
         halt: HaltReason | None = None
         repeats = 0
         with self._lock:
@@ -137,6 +148,8 @@ class Ledger:
                 node.reserved_usd = hint
                 node.model = options.model
                 node.step = self._steps
+                if fallback is not None:
+                    node.fallback_model = fallback
                 if key is not None:
                     node.key = key
                     self._open_keys[key] = node  # type: ignore[index]
@@ -161,6 +174,9 @@ class Ledger:
                 self._parent_refused(parent)
                 return None
             node._held = True
+        if kind == "tool" and self._pipeline is not None and self._pipeline.gates:
+            # ``begin_call`` asks these before the tool runs (see _verdicts.Verdicts._approve).
+            node._gates = tuple(gate for gate in self._pipeline.gates if gate.gates(name))
         if _obs._global or self._observers:
             node._seen = True
             node.inline = inline
@@ -201,14 +217,15 @@ class Ledger:
         refund_step: bool = False,
         result: Any = _UNSET,
         error: BaseException | None = None,
-    ) -> bool:
-        """Settle ``node`` under the lock; return whether the committed cost is now past the ceiling.
+    ) -> bool | None:
+        """Settle ``node`` under the lock; return whether the committed cost is now past the ceiling
+        (None: it was settled already, by another hook).
 
         Also gives back a parent reservation and a half-open probe slot for calls that never ran.
         """
         with self._lock:
             if node.status != "running":
-                return False
+                return None
             if node.key is not None:
                 self._open_keys.pop(node.key, None)  # type: ignore[union-attr]
             self._reserved -= node.reserved_usd
@@ -236,6 +253,15 @@ class Ledger:
         if node.status != "running":
             return Decision.ALLOW
         cost = self._actual_cost(node, result, cost_usd, usage, model)
+        if node.fallback_model is not None and not node._downgraded:
+            self._downgrade_unsupported(node)
+        if self._verifier is not None and node.kind == "llm" and result is not _UNSET:
+            rejection = self._verifier.verify(self, node, result)  # type: ignore[arg-type]
+            if rejection is not None:
+                self._reject(node, cost, rejection)  # raises: the output must not be used
+        return self._settle_ok(node, result, cost)
+
+    def _settle_ok(self, node: CallNode, result: Any, cost: float) -> Decision:
         over = self._close(node, "ok", cost, result=result)
         if node._probe:
             self._breaker.record_success()  # type: ignore[union-attr]
@@ -263,7 +289,7 @@ class Ledger:
                 self.add_event("cost_fn_failed", f"{type(exc).__name__}: {exc}; reserved hint kept")
                 return node.reserved_usd
         tokens = usage_from_mapping(usage) if usage is not None else None
-        model = model or options.model
+        model = model or node.model  # the requested model, or the fallback it was sent to
         if tokens is None and result is not _UNSET:
             tokens, found_model = extract_usage(result)
             if found_model and not node.response_model:

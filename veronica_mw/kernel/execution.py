@@ -16,14 +16,16 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from contextvars import Token
 from types import TracebackType
 from typing import Any
 
 from . import observer as _obs
 from ._calls import CallAPI
+from ._control import OutputVerifier, build_verifier
 from ._ledger import Ledger
+from ._verdicts import Verdicts
 from .cancellation import CancellationToken
 from .circuit_breaker import CircuitBreaker
 from .config import DEFAULT_OPTIONS, ExecutionConfig, WrapOptions
@@ -53,11 +55,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_chain_prefix)
 
 
-class ExecutionContext(Ledger, CallAPI):
+class ExecutionContext(Ledger, Verdicts, CallAPI):
     """One agent run, request or session: every call through it is checked against its limits.
 
     Usable as ``with``/``async with`` (sets the current context and arms the timeout) or handed
-    around un-entered. Thread- and task-safe; one lock guards the counters.
+    around un-entered. Thread- and task-safe; one lock guards the counters. ``checks``: output
+    checks every model call's result must pass before it is used (see ``veronica_mw.control``).
     """
 
     __slots__ = (
@@ -92,6 +95,7 @@ class ExecutionContext(Ledger, CallAPI):
         "_deadline",
         "_observers",
         "_ended",
+        "_verifier",
         "__weakref__",
     )
 
@@ -107,6 +111,7 @@ class ExecutionContext(Ledger, CallAPI):
         halt_on_divergence: bool = False,
         timeout_pool: SharedTimeoutPool | None = None,
         observers: Iterable[_obs.Observer] = (),
+        checks: Iterable[Any] | OutputVerifier | None = None,
     ) -> None:
         if not isinstance(config, ExecutionConfig):
             raise TypeError(f"config must be an ExecutionConfig, got {type(config).__name__}")
@@ -119,6 +124,7 @@ class ExecutionContext(Ledger, CallAPI):
             if not isinstance(observer, _obs.Observer):
                 raise TypeError(f"observers must be veronica_mw.Observer instances, got {observer!r}")
         self._ended = False
+        self._verifier = build_verifier(checks) if checks else None
         self.config = config
         # The id is formatted on demand; the token is made on demand (most contexts never need one).
         self._chain_prefix = _chain_prefix
@@ -349,16 +355,42 @@ class ExecutionContext(Ledger, CallAPI):
         *,
         key: Hashable | None = None,
         parent_id: int | None = None,
+        arguments: Any = None,
+        editable: bool | Callable[[Any], Any] = False,
     ) -> CallNode:
         """Reserve one step (and the cost hint) for a call about to run, or raise ExecutionHalted.
 
         ``key`` identifies the call across several hooks that all see it (e.g. a LangChain run
         id): while a node with that key is open, the same node is returned and nothing is counted
-        twice.
+        twice. A tool call that an approval policy gates waits here for the approver, who sees
+        ``arguments``; pass ``editable=True`` when you run the tool with ``node.edited_arguments``
+        if set (or a function raising TypeError/ValueError for edits that do not fit the tool). A rejection raises :class:`ExecutionHalted` (``policy_denied``) or
+        :class:`~veronica_mw.ToolCallRejected` (answer the agent with its message). Async code
+        uses :meth:`abegin_call`, which waits without blocking the event loop.
         """
         node = self._begin(kind, options or DEFAULT_OPTIONS, key, parent_id)
         if node is None:
             raise self.halted_error()
+        if node._gates:
+            self._approve(node, arguments, editable)
+        return node
+
+    async def abegin_call(
+        self,
+        kind: str,
+        options: WrapOptions | None = None,
+        *,
+        key: Hashable | None = None,
+        parent_id: int | None = None,
+        arguments: Any = None,
+        editable: bool | Callable[[Any], Any] = False,
+    ) -> CallNode:
+        """:meth:`begin_call` for async code: an approval is awaited, never waited for in a thread."""
+        node = self._begin(kind, options or DEFAULT_OPTIONS, key, parent_id)
+        if node is None:
+            raise self.halted_error()
+        if node._gates:
+            await self._aapprove(node, arguments, editable)
         return node
 
     def record_retry(self, exc: BaseException | None = None) -> bool:

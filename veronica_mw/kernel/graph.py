@@ -52,11 +52,16 @@ class CallNode:
         "step",
         "inline",
         "response_model",
+        "fallback_model",
+        "edited_arguments",
+        "checks",
         "_ctx",
         "_options",
         "_probe",
         "_held",
         "_seen",
+        "_downgraded",
+        "_gates",
     )
 
     def __init__(self, node_id: int, kind: str, name: str, parent_id: int | None) -> None:
@@ -76,11 +81,19 @@ class CallNode:
         self.step = 0
         self.inline = False
         self.response_model: str | None = None
+        # Set by a policy that modifies the call: the model to call instead (see ``downgraded``).
+        self.fallback_model: str | None = None
+        # Set when an approver edited a tool call's arguments: run the tool with these.
+        self.edited_arguments: Any = None
+        # What the output checks said about a model call (``CheckResult`` objects).
+        self.checks: tuple[Any, ...] = ()
         self._ctx: ExecutionContext | None = None
         self._options: Any = None
         self._probe = False
         self._held = False
         self._seen = False  # observers were told it started, so they are told it ended
+        self._downgraded = False
+        self._gates: tuple[Any, ...] = ()  # approval gates still to ask (tool calls)
 
     @property
     def options(self) -> WrapOptions:
@@ -108,6 +121,30 @@ class CallNode:
         if ctx is None:
             return Decision.ALLOW
         return ctx._commit(self, result, cost_usd, usage, model)
+
+    async def acommit(
+        self,
+        result: Any = _UNSET,
+        *,
+        cost_usd: float | None = None,
+        usage: TokenUsage | Any = None,
+        model: str | None = None,
+    ) -> Decision:
+        """:meth:`commit` for async callers: async output checks are awaited, not run on a side loop."""
+        ctx = self._ctx
+        if ctx is None:
+            return Decision.ALLOW
+        return await ctx._acommit(self, result, cost_usd, usage, model)
+
+    def downgraded(self, requested: str | None = None) -> None:
+        """Tell the kernel this call was sent with :attr:`fallback_model` instead of ``requested``.
+
+        Adapters that control the request call it after swapping the model; a call settled with a
+        fallback nobody applied records one ``downgrade_unsupported`` event instead.
+        """
+        ctx = self._ctx
+        if ctx is not None and self.fallback_model is not None and not self._downgraded:
+            ctx._downgraded(self, requested)
 
     def fail(self, exc: BaseException | None = None) -> None:
         """The call raised: record it and draw one retry from the chain-wide budget."""

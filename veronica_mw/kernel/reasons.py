@@ -25,6 +25,7 @@ class HaltReason(str, Enum):
     CIRCUIT_OPEN = "circuit_open"
     POLICY_DENIED = "policy_denied"
     CANCELLED = "cancelled"
+    VERIFICATION_FAILED = "verification_failed"
 
     def __str__(self) -> str:
         return self.value

@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from time import monotonic
+from typing import Any
 
 from ..kernel.circuit_breaker import CircuitBreaker
 from ..kernel.config import ExecutionConfig
@@ -50,7 +51,7 @@ class HTTPExchange(PendingContext):
 
     __slots__ = (
         "path", "live", "_config", "_breaker", "_ledger", "_started", "_send", "_extra", "_usage",
-        "started", "finished", "_held", "_held_size",
+        "started", "finished", "_held", "_held_size", "_options",
     )  # fmt: skip
 
     def __init__(
@@ -62,6 +63,7 @@ class HTTPExchange(PendingContext):
         send: Send,
         extra_headers: Sequence[tuple[bytes, bytes]],
         usage: bool,
+        options: dict[str, Any] | None = None,
     ) -> None:
         # No factory for the base class: resolve() below builds the context from these fields.
         self.ctx = None
@@ -74,6 +76,7 @@ class HTTPExchange(PendingContext):
         self._send = send
         self._extra = extra_headers
         self._usage = usage
+        self._options = options  # checks=/policies= of the middleware (shared, built once)
         self.started = False  # a response start has reached the server
         self.finished = False  # ... and its final body too
         self._held: list[Message] | None = None
@@ -86,11 +89,13 @@ class HTTPExchange(PendingContext):
             with _build_lock:
                 ctx = self.ctx
                 if ctx is None:
-                    breaker, ledger = self._breaker, self._ledger
-                    if breaker is None and ledger is None:
+                    breaker, ledger, options = self._breaker, self._ledger, self._options
+                    if breaker is None and ledger is None and options is None:
                         ctx = ExecutionContext(self._config)  # keyword arguments cost 0.2 µs more
                     else:
-                        ctx = ExecutionContext(self._config, circuit_breaker=breaker, budget_parent=ledger)
+                        ctx = ExecutionContext(
+                            self._config, circuit_breaker=breaker, budget_parent=ledger, **(options or {})
+                        )
                     self.ctx = ctx
                     ctx.arm(self._started)  # the deadline counts from the request start
                     # Built once the app has returned (usage headers of a late error response, a task

@@ -22,11 +22,13 @@ before accept). Lifespan and any other scope type pass through untouched.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..kernel.circuit_breaker import CircuitBreaker
 from ..kernel.config import ExecutionConfig
 from ..kernel.context import PendingContext, current_context
 from ..kernel.execution import ExecutionContext
+from ..kernel.policy import RuntimePolicy
 from ._asgi_http import HTTPExchange
 from ._asgi_websocket import WebSocketSession, refuse
 from .problem import (
@@ -34,6 +36,7 @@ from .problem import (
     AsyncBudgetPool,
     ConfigFactory,
     ConfigResolver,
+    context_options,
     find_halt,
     middleware_active,
     pool_failure,
@@ -60,6 +63,9 @@ class VeronicaASGIMiddleware:
     app runs, and its ledger becomes the context's budget parent.
     ``circuit_breaker``: one breaker shared by every request's context (an upstream outage halts
     requests with ``circuit_open`` and a ``Retry-After``).
+    ``checks``: output checks every model call of every request must pass (``veronica_mw.control``;
+    a ``"halt"`` check answers 502). ``policies``: runtime policies for every request's context
+    (``DowngradeAt``, ``RequireApproval``, ...; a rejected approval answers 403).
     Applied twice (wrapped and also added), the inner copy passes requests straight through.
     """
 
@@ -73,8 +79,11 @@ class VeronicaASGIMiddleware:
         usage_headers: bool = False,
         budget_pool: AsyncBudgetPool | None = None,
         circuit_breaker: CircuitBreaker | None = None,
+        checks: Iterable[Any] = (),
+        policies: Iterable[RuntimePolicy] = (),
     ) -> None:
         self.app = app
+        self._options = context_options(checks, policies)
         self._resolver = ConfigResolver(config, default_config=default_config, exclude_paths=exclude_paths)
         # The common case, one static config and no exclusions, skips resolution per request.
         self._static = config if isinstance(config, ExecutionConfig) and not self._resolver.excludes else None
@@ -116,7 +125,7 @@ class VeronicaASGIMiddleware:
                 await send({"type": "http.response.body", "body": body, "more_body": False})
                 return
             extra, ledger = _encode(adm.headers), adm.ledger
-        exchange = HTTPExchange(config, self._breaker, ledger, path, send, extra, self._usage)
+        exchange = HTTPExchange(config, self._breaker, ledger, path, send, extra, self._usage, self._options)
         # The request's context is built on first use: most requests never make a model or tool call.
         token = current_context.set(exchange)
         try:
@@ -156,7 +165,9 @@ class VeronicaASGIMiddleware:
         # Built and armed now: every data message is a step anyway, and the deadline must fire
         # while the app waits in receive(). Held in a (resolved) PendingContext like an HTTP
         # request's: that is what tells an inner copy of the middleware the session is ours.
-        ctx = ExecutionContext(config, circuit_breaker=self._breaker, budget_parent=ledger).arm()
+        ctx = ExecutionContext(
+            config, circuit_breaker=self._breaker, budget_parent=ledger, **(self._options or {})
+        ).arm()
         pending = PendingContext(lambda: ctx)
         pending.resolve()
         session = WebSocketSession(ctx, scope, receive, send, extra)

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..kernel import observer as _obs
+from ..kernel._control import build_verifier
 from ..kernel.config import ExecutionConfig
 from ..kernel.context import PendingContext, current_context
 from ..kernel.exceptions import ExecutionHalted
+from ..kernel.policy import PolicyPipeline, RuntimePolicy
 
 if TYPE_CHECKING:
     from ..kernel.parent import BudgetParent
@@ -46,6 +48,7 @@ _TITLES = {
     "circuit_open": "Upstream circuit open",
     "policy_denied": "Denied by policy",
     "cancelled": "Execution cancelled",
+    "verification_failed": "Model output failed verification",
 }
 PROBLEM_TYPE_PREFIX = "urn:veronica-mw:halt:"
 PROBLEM_CONTENT_TYPE = b"application/problem+json"
@@ -117,7 +120,9 @@ def problem_response(
     Header names are lower-case bytes (ASGI); the WSGI middleware decodes them.
     """
     reason = str(reason)
-    if status is None:  # a halt: 429, or 503 when a fail-closed budget store was unavailable
+    # A halt: 429; 503 when a fail-closed budget store was unavailable; 502 when the model's answer
+    # failed a check (the upstream answer was unusable); 403 when a person rejected a tool call.
+    if status is None:
         status = snapshot.http_status if snapshot is not None else 429
     if snapshot is not None:
         config = snapshot.config
@@ -143,6 +148,8 @@ def problem_response(
     }
     if snapshot is not None:
         body["chain_id"] = snapshot.chain_id
+        if reason == "verification_failed":
+            body.update(_failed_check(snapshot))
     payload = json.dumps(body, separators=(",", ":")).encode("utf-8")
     headers = [
         (b"content-type", PROBLEM_CONTENT_TYPE),
@@ -155,6 +162,14 @@ def problem_response(
     for name, value in extra_headers:
         headers.append((_header_bytes(name).lower(), _header_bytes(value)))
     return status, headers, payload
+
+
+def _failed_check(snapshot: ExecutionSnapshot) -> dict[str, Any]:
+    """The check that halted the run (its ``check_failed`` event), for the 502 body."""
+    for event in reversed(snapshot.events):
+        if event.kind == "check_failed" and event.data.get("on_fail") == "halt":
+            return {"check": event.data.get("check"), "check_message": event.data.get("message")}
+    return {}
 
 
 def usage_headers(snapshot: ExecutionSnapshot) -> list[tuple[bytes, bytes]]:
@@ -255,6 +270,27 @@ class ConfigResolver:
             path,
         )
         return self._default
+
+
+def context_options(
+    checks: Iterable[Any] = (), policies: Iterable[RuntimePolicy] = ()
+) -> dict[str, Any] | None:
+    """The ``checks=``/``policies=`` of a middleware as keyword arguments for every request's
+    :class:`~veronica_mw.ExecutionContext` (built and validated once; None when both are empty).
+
+    The pipeline and the checks are shared by all requests: policies decide from what each call's
+    context tells them, and checks hold no per-call state.
+    """
+    if isinstance(checks, (str, bytes)) or isinstance(policies, (str, bytes)):
+        raise TypeError("checks and policies must be lists")
+    verifier = build_verifier(checks)
+    pipeline = PolicyPipeline(policies)
+    options: dict[str, Any] = {}
+    if verifier is not None:
+        options["checks"] = verifier
+    if len(pipeline):
+        options["pipeline"] = pipeline
+    return options or None
 
 
 def middleware_active() -> bool:

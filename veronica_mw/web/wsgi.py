@@ -24,6 +24,7 @@ from ..kernel.config import ExecutionConfig
 from ..kernel.context import PendingContext, current_context
 from ..kernel.exceptions import ExecutionHalted
 from ..kernel.parent import BudgetParent
+from ..kernel.policy import RuntimePolicy
 from ._wsgi_scope import (
     END,
     Headers,
@@ -38,6 +39,7 @@ from .problem import (
     ConfigFactory,
     ConfigResolver,
     SyncBudgetPool,
+    context_options,
     find_halt,
     pool_failure,
     refusal_response,
@@ -74,8 +76,9 @@ class _Response(RequestScope):
         start_response: StartResponse,
         extra: Sequence[tuple[str, str]],
         usage: bool,
+        options: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(config, breaker, ledger, path)
+        super().__init__(config, breaker, ledger, path, options)
         self._start = start_response
         self._extra = extra
         self._usage = usage
@@ -224,7 +227,9 @@ class VeronicaWSGIMiddleware:
     prefixes ending in ``/``. ``budget_pool``: an object with ``admit(environ)`` (tenant budgets).
     ``usage_headers``: add ``x-veronica-*`` usage headers to every contained response.
     ``circuit_breaker``: one breaker shared by every request's context (an open circuit is a 429
-    with ``Retry-After``).
+    with ``Retry-After``). ``checks``: output checks for every model call (a ``"halt"`` check
+    answers 502); ``policies``: runtime policies for every request's context (a rejected approval
+    answers 403).
     """
 
     def __init__(
@@ -237,6 +242,8 @@ class VeronicaWSGIMiddleware:
         budget_pool: SyncBudgetPool | None = None,
         usage_headers: bool = False,
         circuit_breaker: CircuitBreaker | None = None,
+        checks: Iterable[Any] = (),
+        policies: Iterable[RuntimePolicy] = (),
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI callable, got {type(app).__name__}")
@@ -249,6 +256,7 @@ class VeronicaWSGIMiddleware:
         self._pool = budget_pool
         self._usage = bool(usage_headers)
         self._breaker = circuit_breaker
+        self._options = context_options(checks, policies)
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         # The applied-twice guard (see ``middleware_active``), inlined: it runs on every request.
@@ -275,6 +283,8 @@ class VeronicaWSGIMiddleware:
                 return [body]
             extra = [(str(name), str(value)) for name, value in adm.headers]
             ledger = adm.ledger
-        response = _Response(config, self._breaker, ledger, path, start_response, extra, self._usage)
+        response = _Response(
+            config, self._breaker, ledger, path, start_response, extra, self._usage, self._options
+        )
         environ[ENVIRON_KEY] = response.ctx
         return response.call_app(self.app, environ)
