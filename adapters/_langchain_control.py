@@ -23,7 +23,13 @@ from .. import CallNode, OutputRejected, ToolCallRejected
 if TYPE_CHECKING:
     from langchain.agents.middleware import ToolCallRequest
 
-__all__ = ["check_tool_arguments", "edited_request", "reask_request", "rejected_tool_message", "with_fallback"]
+__all__ = [
+    "check_tool_arguments",
+    "edited_request",
+    "reask_request",
+    "rejected_tool_message",
+    "with_fallback",
+]
 
 _MODEL_FIELDS = ("model_name", "model", "model_id")
 

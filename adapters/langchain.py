@@ -33,7 +33,13 @@ import os
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from .. import ExecutionContext, ExecutionHalted, OutputRejected, ToolCallRejected, get_current_execution_context
+from .. import (
+    ExecutionContext,
+    ExecutionHalted,
+    OutputRejected,
+    ToolCallRejected,
+    get_current_execution_context,
+)
 from ._langchain_handler import COST_HINT_METADATA_KEY, VeronicaCallbackHandler
 
 if TYPE_CHECKING:

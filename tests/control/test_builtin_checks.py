@@ -82,7 +82,9 @@ def test_forbidden() -> None:
 
 # Response shapes as the SDKs serialise them (the real objects are exercised in the adapter envs).
 OPENAI_CHAT = {"choices": [{"message": {"role": "assistant", "content": "chat text"}}], "usage": {}}
-OPENAI_PARTS = {"choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}}]}
+OPENAI_PARTS = {
+    "choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}}]
+}
 OPENAI_COMPLETION = {"choices": [{"text": "legacy text"}]}
 OPENAI_RESPONSES = {
     "output": [

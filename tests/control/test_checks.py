@@ -46,7 +46,11 @@ class FakeModel:
     def __call__(self) -> dict[str, Any]:
         self.calls += 1
         text = next(self._answers)
-        return {"model": MODEL, "choices": [{"message": {"role": "assistant", "content": text}}], "usage": USAGE}
+        return {
+            "model": MODEL,
+            "choices": [{"message": {"role": "assistant", "content": text}}],
+            "usage": USAGE,
+        }
 
 
 def retry() -> RetryContainer:
@@ -262,6 +266,6 @@ def test_bad_check_configuration_is_rejected_at_construction() -> None:
     with pytest.raises(TypeError, match="callable"):
         ExecutionContext(limits(), checks=["json"])
     with pytest.raises(TypeError, match="list of checks"):
-        ExecutionContext(limits(), checks="json")  # type: ignore[arg-type]
+        ExecutionContext(limits(), checks="json")
     with pytest.raises(ValueError, match=r"check or \(check, on_fail\)"):
         ExecutionContext(limits(), checks=[(JsonOutput(), "halt", "extra")])

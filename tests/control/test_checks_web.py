@@ -135,6 +135,6 @@ def test_middlewares_validate_checks_at_startup() -> None:
     with pytest.raises(ValueError, match="on_fail"):
         VeronicaASGIMiddleware(FastAPI(), config=LIMITS, checks=[(JsonOutput(), "never")])
     with pytest.raises(TypeError, match="lists"):
-        VeronicaWSGIMiddleware(Flask(__name__).wsgi_app, config=LIMITS, checks="json")  # type: ignore[arg-type]
+        VeronicaWSGIMiddleware(Flask(__name__).wsgi_app, config=LIMITS, checks="json")
     with pytest.raises(TypeError, match="RuntimePolicy"):
         VeronicaASGIMiddleware(FastAPI(), config=LIMITS, policies=[object()])  # type: ignore[list-item]

@@ -364,7 +364,8 @@ class ExecutionContext(Ledger, Verdicts, CallAPI):
         id): while a node with that key is open, the same node is returned and nothing is counted
         twice. A tool call that an approval policy gates waits here for the approver, who sees
         ``arguments``; pass ``editable=True`` when you run the tool with ``node.edited_arguments``
-        if set (or a function raising TypeError/ValueError for edits that do not fit the tool). A rejection raises :class:`ExecutionHalted` (``policy_denied``) or
+        if set (or a function raising TypeError/ValueError for edits that do not fit the tool). A
+        rejection raises :class:`ExecutionHalted` (``policy_denied``) or
         :class:`~veronica_mw.ToolCallRejected` (answer the agent with its message). Async code
         uses :meth:`abegin_call`, which waits without blocking the event loop.
         """
