@@ -59,10 +59,10 @@ def test_invalid_answers_are_reasked_within_the_retry_budget(form: str) -> None:
 
     def ask() -> str:
         if form == "complete":
-            return llm.complete("json please").text
+            return str(llm.complete("json please").text)
         if form == "chat":  # CustomLLM.chat calls complete: nested LLM events, still one step each
             return str(llm.chat([ChatMessage(role="user", content="json please")]).message.content)
-        return asyncio.run(llm.acomplete("json please")).text
+        return str(asyncio.run(llm.acomplete("json please")).text)
 
     with VeronicaLlamaIndexHandler(ctx):
         assert retry().execute(ask) == '{"ok": true}'
