@@ -23,7 +23,9 @@ class Instrumentor(NamedTuple):
 
 
 # Adapters add their line here; the order is the order ``instrument()`` patches them in.
-INSTRUMENTORS: dict[str, Instrumentor] = {}
+INSTRUMENTORS: dict[str, Instrumentor] = {
+    "pydantic-ai": Instrumentor("pydantic_ai", "pydantic_ai", "pydantic-ai"),
+}
 
 _lock = threading.Lock()
 _active: list[str] = []

@@ -1,0 +1,98 @@
+"""The model wrapper the capability puts around every model that serves a request.
+
+Pydantic AI asks each capability's ``get_wrapper_model`` for every *attempt* at a model request
+(a retry on another model, ``ModelFallback``'s next candidate, each is its own attempt) and calls
+the wrapper's ``request``/``request_stream`` once per request it sends, continuation segments
+(Anthropic ``pause_turn``, OpenAI background polls) included. So one step here is one request to a
+provider: it is begun before the request is sent (a refusal raises ExecutionHalted and nothing is
+sent) and committed with the usage of the response that came back. Imported only after the
+framework gate of :mod:`veronica_mw.adapters.pydantic_ai`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import RunContext
+
+from ._pydantic_ai_steps import Owner, Step, begin
+
+
+@dataclass(init=False)
+class VeronicaModel(WrapperModel):
+    """Counts each request ``wrapped`` sends as one step of the owner's execution context."""
+
+    def __init__(self, wrapped: Model, owner: Owner) -> None:
+        super().__init__(wrapped)
+        self._owner = owner
+
+    def _begin(self) -> Step | None:
+        return begin(self._owner, "llm", f"pydantic_ai.model:{self.wrapped.model_name}", self.wrapped.model_name)
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        step = self._begin()  # raises ExecutionHalted: the request is never sent
+        if step is None:
+            return await self.wrapped.request(messages, model_settings, model_request_parameters)
+        with step.running():
+            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        step.commit_response(response)
+        return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None = None,
+    ) -> AsyncGenerator[StreamedResponse]:
+        step = self._begin()
+        if step is None:
+            async with self.wrapped.request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as stream:
+                yield stream
+            return
+        with step.running():  # opening the stream sends the request; a failure there is the call's
+            opened = self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
+            stream = await opened.__aenter__()
+        try:
+            yield stream
+        except BaseException as exc:
+            # The consumer stopped (a break, a cancel, its own error): the request was sent and is
+            # billed for what streamed so far, so that usage is committed, not a failure recorded.
+            try:
+                suppressed = await opened.__aexit__(type(exc), exc, exc.__traceback__)
+            finally:
+                step.commit_response(stream.get())
+            if not suppressed:
+                raise
+            return
+        try:
+            await opened.__aexit__(None, None, None)
+        finally:
+            step.commit_response(stream.get())
+
+    async def compact_messages(
+        self, request_context: ModelRequestContext, *, instructions: str | None = None
+    ) -> ModelResponse:
+        # Compaction is a model request of its own (OpenAI Responses, Anthropic), billed like one.
+        step = self._begin()
+        if step is None:
+            return await self.wrapped.compact_messages(request_context, instructions=instructions)
+        with step.running():
+            response = await self.wrapped.compact_messages(request_context, instructions=instructions)
+        step.commit_response(response)
+        return response
