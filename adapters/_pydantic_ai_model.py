@@ -22,7 +22,7 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext
 
-from ._pydantic_ai_steps import Owner, Step, begin
+from ._pydantic_ai_steps import Owner, Step, begin, pricing_provider
 
 
 @dataclass(init=False)
@@ -33,8 +33,10 @@ class VeronicaModel(WrapperModel):
         super().__init__(wrapped)
         self._owner = owner
 
-    def _begin(self) -> Step | None:
-        return begin(self._owner, "llm", f"pydantic_ai.model:{self.wrapped.model_name}", self.wrapped.model_name)
+    def _begin(self, request: object) -> Step | None:
+        name = self.wrapped.model_name
+        provider = pricing_provider(name, self.wrapped.system) if name else None
+        return begin(self._owner, "llm", f"pydantic_ai.model:{name}", request, name, provider)
 
     async def request(
         self,
@@ -42,7 +44,7 @@ class VeronicaModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        step = self._begin()  # raises ExecutionHalted: the request is never sent
+        step = self._begin(messages)  # raises ExecutionHalted: the request is never sent
         if step is None:
             return await self.wrapped.request(messages, model_settings, model_request_parameters)
         with step.running():
@@ -58,7 +60,7 @@ class VeronicaModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncGenerator[StreamedResponse]:
-        step = self._begin()
+        step = self._begin(messages)
         if step is None:
             async with self.wrapped.request_stream(
                 messages, model_settings, model_request_parameters, run_context
@@ -89,7 +91,7 @@ class VeronicaModel(WrapperModel):
         self, request_context: ModelRequestContext, *, instructions: str | None = None
     ) -> ModelResponse:
         # Compaction is a model request of its own (OpenAI Responses, Anthropic), billed like one.
-        step = self._begin()
+        step = self._begin(request_context)
         if step is None:
             return await self.wrapped.compact_messages(request_context, instructions=instructions)
         with step.running():

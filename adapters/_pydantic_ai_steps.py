@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -33,24 +34,39 @@ NOT_RUN: tuple[type[BaseException], ...] = (SkipToolExecution, CallDeferred, App
 RETRY_SIGNALS: tuple[type[BaseException], ...] = (ModelRetry, ToolRetryError, ValidationError)
 
 
+_REFUSED = "_veronica_pydantic_ai_refused"  # set on a refusal's ExecutionHalted: the call refused
+
+
 class Owner(Protocol):
     binding: ContextBinding
     cost_estimate_hint: float
 
 
+# The call being run now and the contexts that counted it. A second capability on the same agent
+# sees the same call inside the first one's step (the same ``messages`` list handed down to the
+# model it wraps, the same ``ToolCallPart``): counted once per context, never twice in one.
+_counted: ContextVar[tuple[object, frozenset[int]] | None] = ContextVar(
+    "veronica_mw_pydantic_ai_counted", default=None
+)
+
+
 class Step:
     """One begun model request or tool execution: the kernel node and its context."""
 
-    __slots__ = ("ctx", "node")
+    __slots__ = ("ctx", "node", "call")
 
-    def __init__(self, ctx: ExecutionContext, node: CallNode) -> None:
+    def __init__(self, ctx: ExecutionContext, node: CallNode, call: object) -> None:
         self.ctx = ctx
         self.node = node
+        self.call = call
 
     @contextmanager
     def running(self) -> Iterator[None]:
         """Calls made inside (a provider SDK's instrumentation, a sub-agent) record this node as
         their parent; an exception settles the step (see :meth:`failed`)."""
+        seen = _counted.get()
+        ids = seen[1] if seen is not None and seen[0] is self.call else frozenset()
+        counted = _counted.set((self.call, ids | {id(self.ctx)}))
         token = current_node.set(self.node.node_id)
         try:
             yield
@@ -59,11 +75,14 @@ class Step:
             raise
         finally:
             current_node.reset(token)
+            _counted.reset(counted)
 
     def failed(self, exc: BaseException) -> None:
         """Settle after ``exc``; raise the halt instead when it ends a retry the budget cannot pay."""
-        if isinstance(exc, NOT_RUN):
-            self.node.release()  # the tool never ran: its step is given back
+        if isinstance(exc, NOT_RUN) or getattr(exc, _REFUSED, None) is self.call:
+            # The call never ran (skipped, deferred, or refused by a capability inside this one,
+            # bound to another context): its step is given back.
+            self.node.release()
         elif isinstance(exc, RETRY_SIGNALS):
             # pydantic-ai would ask the model again: one retry from the chain-wide budget, and no
             # further model call when that budget is spent.
@@ -77,31 +96,35 @@ class Step:
             self.node.commit(cost_usd=self.node.reserved_usd)
 
     def commit_response(self, response: ModelResponse) -> None:
-        """Commit a model response: its usage priced for the model that answered."""
-        tokens = _tokens(response.usage)
+        """Commit a model response: the kernel prices its usage for the model that answered."""
         model = response.model_name or self.node.model
-        if tokens is None or not model:
-            self.node.commit(response, model=model)
-            return
-        cost = _price(tokens, model, response.provider_name)
-        if cost is None:  # the kernel records the model as unpriced and keeps the reserved hint
-            self.node.commit(response, usage=tokens, model=model)
-        else:
-            self.node.commit(response, cost_usd=cost, usage=tokens, model=model)
+        self.node.commit(response, usage=_tokens(response.usage), model=model)
 
 
-def begin(owner: Owner, kind: str, name: str, model: str | None = None) -> Step | None:
-    """Begin a step in the owner's context (None: the call runs uncontained). Raises
+def begin(
+    owner: Owner, kind: str, name: str, call: object, model: str | None = None, provider: str | None = None
+) -> Step | None:
+    """Begin a step for ``call`` in the owner's context; None when it runs uncontained or another
+    capability counted this very call in that context already. Raises
     :class:`~veronica_mw.ExecutionHalted` at any limit, so the call never runs."""
     ctx = owner.binding.resolve()
     if ctx is None:
+        return None
+    seen = _counted.get()
+    if seen is not None and seen[0] is call and id(ctx) in seen[1]:
         return None
     options = WrapOptions(
         operation_name=name,
         cost_estimate_hint=owner.cost_estimate_hint if kind == "llm" else 0.0,
         model=model or None,
+        provider=provider,
     )
-    return Step(ctx, ctx.begin_call(kind, options))
+    try:
+        node = ctx.begin_call(kind, options)
+    except ExecutionHalted as halted:
+        setattr(halted, _REFUSED, call)  # so an enclosing step of this same call gives its own back
+        raise
+    return Step(ctx, node, call)
 
 
 def draw_retry(owner: Owner, exc: BaseException) -> None:
@@ -112,26 +135,6 @@ def draw_retry(owner: Owner, exc: BaseException) -> None:
         raise ctx.halted_error() from exc
 
 
-def unwrap_halt(exc: BaseException) -> ExecutionHalted | None:
-    """The ExecutionHalted behind ``exc``, when something re-raised a halt as another exception."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        current = todo.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, ExecutionHalted):
-            return current
-        group = getattr(current, "exceptions", None)  # an exception group (3.11+ builtin)
-        if isinstance(group, tuple):
-            todo.extend(inner for inner in group if isinstance(inner, BaseException))
-        for linked in (current.__cause__, current.__context__):
-            if linked is not None:
-                todo.append(linked)
-    return None
-
-
 def _tokens(usage: RequestUsage | Any) -> TokenUsage | None:
     """pydantic-ai's usage in the kernel's terms (both count cache reads and writes inside input)."""
     if not isinstance(usage, RequestUsage) or not (usage.input_tokens or usage.output_tokens):
@@ -139,12 +142,18 @@ def _tokens(usage: RequestUsage | Any) -> TokenUsage | None:
     return TokenUsage(usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
 
 
-def _price(tokens: TokenUsage, model: str, provider: str | None) -> float | None:
-    """Price with genai-prices under the provider that answered, else by the model name alone
-    (pydantic-ai's provider names are not always genai-prices' ids); None when unknown."""
-    for candidate in (provider, None) if provider else (None,):
+_providers: dict[tuple[str, str], str | None] = {}
+
+
+def pricing_provider(model: str, system: str) -> str | None:
+    """The provider to price ``model`` under: pydantic-ai's provider name when genai-prices knows
+    the model there (a Groq-hosted Llama needs it), else None to match by the model name alone
+    (a ``FunctionModel`` named after a real model, an OpenAI-compatible server). Cached."""
+    key = (model, system)
+    if key not in _providers:
         try:
-            return price_usage(tokens, model, candidate)
+            price_usage(TokenUsage(1, 1), model, system)
+            _providers[key] = system
         except LookupError:
-            continue
-    return None
+            _providers[key] = None
+    return _providers[key]

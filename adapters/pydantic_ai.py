@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any
 from .. import ContextBinding, ExecutionConfig, ExecutionContext, WrapOptions
 from . import _pydantic_ai_instrument as _instrument
 from ._pydantic_ai_model import VeronicaModel
-from ._pydantic_ai_steps import RETRY_SIGNALS, begin, draw_retry, unwrap_halt
+from ..web.problem import find_halt
+from ._pydantic_ai_steps import RETRY_SIGNALS, begin, draw_retry
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ToolCallPart
@@ -164,7 +165,7 @@ class VeronicaCapability(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        step = begin(self, "tool", f"pydantic_ai.tool:{call.tool_name}")  # raises: the tool never runs
+        step = begin(self, "tool", f"pydantic_ai.tool:{call.tool_name}", call)  # raises: never runs
         if step is None:
             return await handler(args)
         with step.running():  # a tool raising ModelRetry failed: its step draws the retry itself
@@ -220,7 +221,7 @@ class VeronicaCapability(AbstractCapability[Any]):
             raise
 
     async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> AgentRunResult[Any]:
-        halt = unwrap_halt(error)
+        halt = find_halt(error)
         if halt is not None and halt is not error:
             raise halt  # a halt some layer re-raised as another exception: the caller gets the halt
         raise error
