@@ -30,7 +30,8 @@ def _contained(agent: Any, run_capabilities: Iterable[Any] | None, capability_cl
         if isinstance(capability, AbstractCapability):
             capability.apply(leaves.append)  # every leaf of a combined or wrapper capability
     return any(
-        isinstance(leaf, capability_cls) or getattr(leaf, "_one_per_agent", None) is not None for leaf in leaves
+        isinstance(leaf, capability_cls) or getattr(leaf, "_one_per_agent", None) is not None
+        for leaf in leaves
     )
 
 

@@ -68,7 +68,9 @@ class VeronicaModel(WrapperModel):
                 yield stream
             return
         with step.running():  # opening the stream sends the request; a failure there is the call's
-            opened = self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
+            opened = self.wrapped.request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            )
             stream = await opened.__aenter__()
         try:
             yield stream

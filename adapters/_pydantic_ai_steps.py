@@ -139,7 +139,9 @@ def _tokens(usage: RequestUsage | Any) -> TokenUsage | None:
     """pydantic-ai's usage in the kernel's terms (both count cache reads and writes inside input)."""
     if not isinstance(usage, RequestUsage) or not (usage.input_tokens or usage.output_tokens):
         return None  # the response reported no usage: the reserved hint is kept as its cost
-    return TokenUsage(usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
+    return TokenUsage(
+        usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens
+    )
 
 
 _providers: dict[tuple[str, str], str | None] = {}

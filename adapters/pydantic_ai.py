@@ -30,10 +30,10 @@ try:
         RawOutput,
         RawToolArgs,
         ValidatedToolArgs,
+        WrapModelRequestHandler,
         WrapOutputProcessHandler,
         WrapOutputValidateHandler,
         WrapToolExecuteHandler,
-        WrapModelRequestHandler,
         WrapToolValidateHandler,
     )
     from pydantic_ai.messages import ModelResponse
@@ -50,9 +50,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import ContextBinding, ExecutionConfig, ExecutionContext, WrapOptions
+from ..web.problem import find_halt
 from . import _pydantic_ai_instrument as _instrument
 from ._pydantic_ai_model import VeronicaModel
-from ..web.problem import find_halt
 from ._pydantic_ai_steps import RETRY_SIGNALS, begin, draw_retry
 
 if TYPE_CHECKING:

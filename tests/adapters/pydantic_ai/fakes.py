@@ -14,7 +14,14 @@ from pydantic_ai.usage import RequestUsage
 
 MODEL = "gpt-4o"
 INPUT_TOKENS, OUTPUT_TOKENS = 1_000, 200
-PRICE = float(calc_price(Usage(input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS), model_ref=MODEL).total_price)
+PRICE = float(
+    calc_price(Usage(input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS), model_ref=MODEL).total_price
+)
+
+
+def usage() -> RequestUsage:
+    """The usage every fake response reports."""
+    return RequestUsage(input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS)
 
 
 class Runaway:
@@ -42,13 +49,19 @@ class Runaway:
     def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         self.model_calls += 1
         self.seen.append(list(messages))
-        return ModelResponse(parts=list(self._calls()), usage=RequestUsage(input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS))
+        return ModelResponse(parts=list(self._calls()), usage=usage())
 
-    async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[dict[int, DeltaToolCall]]:
+    async def stream(
+        self, messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[dict[int, DeltaToolCall]]:
         self.model_calls += 1
         self.seen.append(list(messages))
         for i, call in enumerate(self._calls()):
-            yield {i: DeltaToolCall(name=call.tool_name, json_args='{"city": "Oslo"}', tool_call_id=call.tool_call_id)}
+            yield {
+                i: DeltaToolCall(
+                    name=call.tool_name, json_args='{"city": "Oslo"}', tool_call_id=call.tool_call_id
+                )
+            }
 
     def weather(self, city: str) -> str:
         """Current weather in a city."""
@@ -77,8 +90,8 @@ class Answering:
         self.calls += 1
         if info.output_tools:  # structured output: answer through the output tool
             call = ToolCallPart(info.output_tools[0].name, self.text, tool_call_id=f"out-{self.calls}")
-            return ModelResponse(parts=[call], usage=RequestUsage(input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS))
-        return ModelResponse(parts=[TextPart(self.text)], usage=RequestUsage(input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS))
+            return ModelResponse(parts=[call], usage=usage())
+        return ModelResponse(parts=[TextPart(self.text)], usage=usage())
 
     async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
         self.calls += 1

@@ -24,6 +24,7 @@ from veronica_mw.adapters.pydantic_ai import VeronicaCapability
 from .conftest import close_run_sync_loop
 from .fakes import FORMS, Runaway, run_form
 
+
 def limits(steps: int, retries: int = 3) -> ExecutionConfig:
     return ExecutionConfig(max_cost_usd=100.0, max_steps=steps, max_retries_total=retries)
 
