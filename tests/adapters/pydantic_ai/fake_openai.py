@@ -87,7 +87,7 @@ class FakeOpenAI:
                 self.send_header("content-type", "text/event-stream")
                 self.end_headers()
                 delta = {"role": "assistant", "tool_calls": [{"index": 0, **call}]}
-                chunks = [
+                chunks: list[dict[str, Any]] = [
                     {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
                     {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
                     {"choices": [], "usage": fake._usage()},
