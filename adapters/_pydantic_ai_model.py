@@ -5,8 +5,11 @@ Pydantic AI asks each capability's ``get_wrapper_model`` for every *attempt* at 
 the wrapper's ``request``/``request_stream`` once per request it sends, continuation segments
 (Anthropic ``pause_turn``, OpenAI background polls) included. So one step here is one request to a
 provider: it is begun before the request is sent (a refusal raises ExecutionHalted and nothing is
-sent) and committed with the usage of the response that came back. Imported only after the
-framework gate of :mod:`veronica_mw.adapters.pydantic_ai`.
+sent) and committed with the usage of the response that came back. Before 2.62 the capability
+puts this wrapper on the request step's model itself (one attempt per step there). Not counted:
+``count_tokens`` (free) and the compaction request ``OpenAICompaction`` sends from its own hook,
+on the model before any wrapper. Imported only after the framework gate of
+:mod:`veronica_mw.adapters.pydantic_ai`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext
@@ -88,15 +91,3 @@ class VeronicaModel(WrapperModel):
             await opened.__aexit__(None, None, None)
         finally:
             step.commit_response(stream.get())
-
-    async def compact_messages(
-        self, request_context: ModelRequestContext, *, instructions: str | None = None
-    ) -> ModelResponse:
-        # Compaction is a model request of its own (OpenAI Responses, Anthropic), billed like one.
-        step = self._begin(request_context)
-        if step is None:
-            return await self.wrapped.compact_messages(request_context, instructions=instructions)
-        with step.running():
-            response = await self.wrapped.compact_messages(request_context, instructions=instructions)
-        step.commit_response(response)
-        return response

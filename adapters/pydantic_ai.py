@@ -6,14 +6,15 @@ wraps ``Agent.iter``, which ``run``, ``run_sync``, ``run_stream``, ``run_stream_
 ``iter`` all go through; :func:`uninstrument` restores it). What the capability hooks, verified on
 pydantic-ai-slim 2.x:
 
-* ``get_wrapper_model``: each attempt's model is wrapped, and each request it sends (streamed or
-  not, a continuation segment, a compaction) is one step, begun before it is sent and committed
-  with the response's usage priced for the model that answered;
+* ``get_wrapper_model`` (2.62+; before it ``wrap_model_request``): each attempt's model is wrapped,
+  and each request it sends (streamed or not, a continuation segment) is one step, begun before it
+  is sent and committed with the response's usage priced for the model that answered;
 * ``wrap_tool_execute``: each tool execution is one step, begun after its arguments validated and
   before the tool function runs. A tool that raises ``ModelRetry`` failed: it draws one retry;
 * ``wrap_tool_validate``, ``wrap_output_validate``, ``wrap_output_process``: tool arguments or
   output that fail validation, and output validators or functions raising ``ModelRetry``, make
-  pydantic-ai ask the model again: each draws one retry from ``max_retries_total``.
+  pydantic-ai ask the model again: ``before_model_request`` draws one retry each from
+  ``max_retries_total`` when it does (and refuses that request once the budget is spent).
 
 How a halt surfaces: the capability sits outermost, so the ExecutionHalted raised by a refused
 request or tool call is outside every other hook; pydantic-ai neither retries it nor feeds it to

@@ -266,3 +266,27 @@ def test_a_failed_final_validation_in_run_stream_is_no_retry() -> None:
         asyncio.run(main())
     assert ctx.get_snapshot().retries_used == 0
     assert not ctx.aborted
+
+
+def test_a_cancelled_request_keeps_its_reservation_as_spent() -> None:
+    started = asyncio.Event()
+
+    async def hangs(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        started.set()
+        await asyncio.Event().wait()  # never answers
+        raise AssertionError("unreachable")
+
+    agent = Agent(FunctionModel(hangs), capabilities=[VeronicaCapability(cost_estimate_hint=0.02)])
+
+    async def main() -> None:
+        task = asyncio.create_task(agent.run("question"))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with ExecutionContext(limits()) as ctx:
+        asyncio.run(main())
+    snapshot = ctx.get_snapshot()
+    assert (snapshot.step_count, snapshot.in_flight, snapshot.retries_used) == (1, 0, 0)
+    assert snapshot.cost_usd_accumulated == pytest.approx(0.02)  # may have been billed: not given back

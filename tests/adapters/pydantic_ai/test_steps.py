@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import pytest
-from pydantic_ai import Agent, capture_run_messages
+from pydantic_ai import Agent, RunContext, capture_run_messages
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import ModelRequest
 from pydantic_ai.models.test import TestModel
@@ -226,3 +228,23 @@ def test_two_capabilities_bound_to_two_contexts_count_in_each() -> None:
         agent.run_sync("weather?", capabilities=[VeronicaCapability(run_ctx)])
     assert fake.executions == 3
     assert run_ctx.get_snapshot().step_count == agent_ctx.get_snapshot().step_count == 3
+
+
+class Rewrapping(AbstractCapability[Any]):
+    """A third-party capability that turns every node failure into its own error type."""
+
+    async def wrap_node_run(self, ctx: RunContext[Any], *, node: Any, handler: Any) -> Any:
+        try:
+            return await handler(node)
+        except Exception as exc:
+            raise RuntimeError("node failed") from exc
+
+
+@pytest.mark.parametrize("form", ["run_sync", "run", "iter"])
+def test_a_halt_another_capability_wrapped_still_reaches_the_caller(form: str) -> None:
+    fake = Runaway()
+    agent = fake.agent([Rewrapping(), VeronicaCapability(config=limits(3))])
+    with pytest.raises(ExecutionHalted) as caught:
+        run_form(agent, form)
+    assert_plain_halt(caught.value, HaltReason.STEP_LIMIT)
+    assert fake.executions == 3
