@@ -16,7 +16,8 @@ import pytest
 from pydantic_ai import Agent, RunContext, capture_run_messages
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelRequest
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import UsageLimits
 
@@ -24,7 +25,7 @@ from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted, Halt
 from veronica_mw.adapters.pydantic_ai import VeronicaCapability
 
 from .conftest import close_run_sync_loop
-from .fakes import FORMS, Runaway, run_form
+from .fakes import FORMS, Answering, Runaway, run_form
 
 
 def limits(steps: int, retries: int = 3) -> ExecutionConfig:
@@ -248,3 +249,29 @@ def test_a_halt_another_capability_wrapped_still_reaches_the_caller(form: str) -
         run_form(agent, form)
     assert_plain_halt(caught.value, HaltReason.STEP_LIMIT)
     assert fake.executions == 3
+
+
+@pytest.mark.skipif(
+    not hasattr(AbstractCapability, "get_wrapper_model"), reason="pydantic-ai < 2.62: no ModelFallback"
+)
+def test_each_fallback_attempt_is_its_own_step() -> None:
+    from pydantic_ai.capabilities import ModelFallback
+    from pydantic_ai.exceptions import ModelHTTPError
+
+    attempts: list[str] = []
+
+    def down(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        attempts.append("primary")
+        raise ModelHTTPError(503, "primary-model", body="overloaded")
+
+    backup = Answering("from the backup")
+    agent = Agent(
+        FunctionModel(down, model_name="primary-model"),
+        capabilities=[VeronicaCapability(), ModelFallback(backup.model)],
+    )
+    with ExecutionContext(limits(10)) as ctx:
+        assert agent.run_sync("question").output == "from the backup"
+    assert (attempts, backup.calls) == (["primary"], 1)
+    nodes = ctx.graph.nodes()
+    assert [(node.kind, node.status) for node in nodes] == [("llm", "error"), ("llm", "ok")]
+    assert ctx.get_snapshot().retries_used == 1  # the failed attempt was retried on the backup
