@@ -232,16 +232,13 @@ def test_two_capabilities_bound_to_two_contexts_count_in_each() -> None:
 
 
 class Rewrapping(AbstractCapability[Any]):
-    """A third-party capability that turns every node failure into its own error type."""
+    """A third-party capability that turns every run failure into its own error type."""
 
-    async def wrap_node_run(self, ctx: RunContext[Any], *, node: Any, handler: Any) -> Any:
-        try:
-            return await handler(node)
-        except Exception as exc:
-            raise RuntimeError("node failed") from exc
+    async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> Any:
+        raise RuntimeError("the run failed") from error
 
 
-@pytest.mark.parametrize("form", ["run_sync", "run", "iter"])
+@pytest.mark.parametrize("form", FORMS)
 def test_a_halt_another_capability_wrapped_still_reaches_the_caller(form: str) -> None:
     fake = Runaway()
     agent = fake.agent([Rewrapping(), VeronicaCapability(config=limits(3))])
