@@ -25,7 +25,7 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext
 
-from ._pydantic_ai_steps import Owner, Step, begin, pricing_provider
+from ._pydantic_ai_steps import Owner, Step, begin_request, pricing_provider
 
 
 @dataclass(init=False)
@@ -39,7 +39,7 @@ class VeronicaModel(WrapperModel):
     def _begin(self, request: object) -> Step | None:
         name = self.wrapped.model_name
         provider = pricing_provider(name, self.wrapped.system) if name else None
-        return begin(self._owner, "llm", f"pydantic_ai.model:{name}", request, name, provider)
+        return begin_request(self._owner, f"pydantic_ai.model:{name}", request, name, provider)
 
     async def request(
         self,
@@ -52,7 +52,7 @@ class VeronicaModel(WrapperModel):
             return await self.wrapped.request(messages, model_settings, model_request_parameters)
         with step.running():
             response = await self.wrapped.request(messages, model_settings, model_request_parameters)
-        step.commit_response(response)
+        await step.commit_response(response)
         return response
 
     @asynccontextmanager
@@ -83,11 +83,11 @@ class VeronicaModel(WrapperModel):
             try:
                 suppressed = await opened.__aexit__(type(exc), exc, exc.__traceback__)
             finally:
-                step.commit_response(stream.get())
+                step.commit_streamed(stream.get(), quiet=True)
             if not suppressed:
                 raise
             return
         try:
             await opened.__aexit__(None, None, None)
         finally:
-            step.commit_response(stream.get())
+            step.commit_streamed(stream.get())

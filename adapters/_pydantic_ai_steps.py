@@ -24,7 +24,15 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.usage import RequestUsage
 
-from .. import CallNode, ContextBinding, ExecutionContext, ExecutionHalted, TokenUsage, WrapOptions
+from .. import (
+    CallNode,
+    ContextBinding,
+    ExecutionContext,
+    ExecutionHalted,
+    OutputRejected,
+    TokenUsage,
+    WrapOptions,
+)
 from ..kernel.context import current_node
 from ..kernel.pricing import price_usage
 
@@ -95,18 +103,34 @@ class Step:
             # Cancelled or interrupted mid-call: it may have cost money, so the reservation stays spent.
             self.node.commit(cost_usd=self.node.reserved_usd)
 
-    def commit_response(self, response: ModelResponse) -> None:
-        """Commit a model response: the kernel prices its usage for the model that answered."""
-        model = response.model_name or self.node.model
-        self.node.commit(response, usage=_tokens(response.usage), model=model)
+    async def commit_response(self, response: ModelResponse) -> None:
+        """Commit a model response: the kernel prices its usage for the model that answered and
+        runs the context's output checks. A rejected answer (one retry drawn by the kernel) is
+        asked again the way pydantic-ai asks again: a ``ModelRetry`` carrying the check's feedback."""
+        try:
+            await self.node.acommit(response, usage=_tokens(response.usage), model=self._model(response))
+        except OutputRejected as rejected:
+            raise ModelRetry(rejected.feedback) from rejected
+
+    def commit_streamed(self, response: ModelResponse, *, quiet: bool = False) -> None:
+        """Commit what a stream delivered. Its text already reached the consumer, so a rejection
+        by an output check cannot be asked again: it is raised as it is (or dropped when ``quiet``,
+        because the stream is ending with an error of its own)."""
+        try:
+            self.node.commit(response, usage=_tokens(response.usage), model=self._model(response))
+        except OutputRejected:
+            if not quiet:
+                raise
+
+    def _model(self, response: ModelResponse) -> str | None:
+        return response.model_name or self.node.model
 
 
-def begin(
-    owner: Owner, kind: str, name: str, call: object, model: str | None = None, provider: str | None = None
-) -> Step | None:
-    """Begin a step for ``call`` in the owner's context; None when it runs uncontained or another
-    capability counted this very call in that context already. Raises
-    :class:`~veronica_mw.ExecutionHalted` at any limit, so the call never runs."""
+def _admission(
+    owner: Owner, kind: str, name: str, call: object, model: str | None, provider: str | None
+) -> tuple[ExecutionContext, WrapOptions] | None:
+    """The context to count ``call`` in and its options; None when it runs uncontained, or when
+    another capability counted this very call in that context already."""
     ctx = owner.binding.resolve()
     if ctx is None:
         return None
@@ -119,12 +143,46 @@ def begin(
         model=model or None,
         provider=provider,
     )
+    return ctx, options
+
+
+def begin_request(
+    owner: Owner, name: str, call: object, model: str | None = None, provider: str | None = None
+) -> Step | None:
+    """Begin the step of a model request (None: not counted here). Raises
+    :class:`~veronica_mw.ExecutionHalted` at any limit, so the request is never sent."""
+    admitted = _admission(owner, "llm", name, call, model, provider)
+    if admitted is None:
+        return None
+    ctx, options = admitted
     try:
-        node = ctx.begin_call(kind, options)
+        node = ctx.begin_call("llm", options)
     except ExecutionHalted as halted:
         setattr(halted, _REFUSED, call)  # so an enclosing step of this same call gives its own back
         raise
     return Step(ctx, node, call)
+
+
+async def begin_tool(owner: Owner, name: str, call: object, arguments: dict[str, Any]) -> Step | None:
+    """Begin the step of a tool execution; the context's approval gates are awaited here (an
+    approver may edit the arguments: ``node.edited_arguments``). Raises ExecutionHalted, or
+    :class:`~veronica_mw.ToolCallRejected` when the agent is to get the rejection as the result."""
+    admitted = _admission(owner, "tool", name, call, None, None)
+    if admitted is None:
+        return None
+    ctx, options = admitted
+    try:
+        node = await ctx.abegin_call("tool", options, arguments=arguments, editable=_fits_tool)
+    except ExecutionHalted as halted:
+        setattr(halted, _REFUSED, call)
+        raise
+    return Step(ctx, node, call)
+
+
+def _fits_tool(edited: Any) -> None:
+    # pydantic-ai hands a tool its validated arguments as a dict of parameter names.
+    if not isinstance(edited, dict) or not all(isinstance(key, str) for key in edited):
+        raise TypeError(f"a tool's arguments are a dict of parameter names, got {type(edited).__name__}")
 
 
 def draw_retry(owner: Owner, exc: BaseException) -> None:

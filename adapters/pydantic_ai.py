@@ -50,11 +50,11 @@ import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import ContextBinding, ExecutionConfig, ExecutionContext, WrapOptions
+from .. import ContextBinding, ExecutionConfig, ExecutionContext, ToolCallRejected, WrapOptions
 from ..web.problem import find_halt
 from . import _pydantic_ai_instrument as _instrument
 from ._pydantic_ai_model import VeronicaModel
-from ._pydantic_ai_steps import RETRY_SIGNALS, begin, draw_retry
+from ._pydantic_ai_steps import RETRY_SIGNALS, begin_tool, draw_retry
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ToolCallPart
@@ -166,9 +166,14 @@ class VeronicaCapability(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        step = begin(self, "tool", f"pydantic_ai.tool:{call.tool_name}", call)  # raises: never runs
+        try:  # raises ExecutionHalted at a limit or an approver's "no": the tool never runs
+            step = await begin_tool(self, f"pydantic_ai.tool:{call.tool_name}", call, args)
+        except ToolCallRejected as rejected:
+            return rejected.message  # the approver's answer is the tool's result, for the model
         if step is None:
             return await handler(args)
+        if step.node.edited_arguments is not None:  # an approver edited them
+            args = step.node.edited_arguments
         with step.running():  # a tool raising ModelRetry failed: its step draws the retry itself
             result = await handler(args)
         step.node.commit(result)

@@ -1,0 +1,156 @@
+"""Output checks and tool approvals (``veronica_mw.control``) through Pydantic AI.
+
+A model answer an output check rejects is asked again the way pydantic-ai asks again (a
+``ModelRetry`` with the check's feedback, the retry drawn once by the kernel); a tool call an
+approval gate rejects never runs, and either the agent gets the rejection as the tool's result or
+the run halts; an approver may edit the arguments the tool runs with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from veronica_mw import (
+    ExecutionConfig,
+    ExecutionContext,
+    ExecutionHalted,
+    HaltReason,
+    PolicyContext,
+    PolicyDecision,
+    PolicyPipeline,
+)
+from veronica_mw.adapters.pydantic_ai import VeronicaCapability
+from veronica_mw.control import MaxLength
+from veronica_mw.kernel._control import GateVerdict
+
+from .conftest import close_run_sync_loop  # noqa: F401  (the autouse cleanup lives there)
+
+LIMITS = ExecutionConfig(max_cost_usd=10.0, max_steps=20, max_retries_total=3)
+
+
+def test_a_rejected_answer_is_asked_again_with_the_checks_feedback() -> None:
+    answers = ["a" * 80, "short"]
+    seen: list[list[ModelMessage]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return ModelResponse(parts=[TextPart(answers[len(seen) - 1])])
+
+    agent = Agent(FunctionModel(model), capabilities=[VeronicaCapability()], retries=10)
+    with ExecutionContext(LIMITS, checks=[MaxLength(20)]) as ctx:
+        assert agent.run_sync("say something").output == "short"
+    assert len(seen) == 2
+    assert "max_length" in repr(seen[1][-1])  # the feedback reached the model with the re-ask
+    assert [node.status for node in ctx.graph.nodes()] == ["rejected", "ok"]
+    assert ctx.get_snapshot().retries_used == 1  # drawn once, by the kernel
+
+
+def test_rejections_past_the_retry_budget_halt() -> None:
+    calls: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(1)
+        return ModelResponse(parts=[TextPart("x" * 100)])
+
+    agent = Agent(FunctionModel(model), capabilities=[VeronicaCapability()], retries=10)
+    config = ExecutionConfig(max_cost_usd=10.0, max_steps=20, max_retries_total=2)
+    with ExecutionContext(config, checks=[MaxLength(20)]), pytest.raises(ExecutionHalted) as caught:
+        agent.run_sync("say something")
+    assert type(caught.value) is ExecutionHalted and caught.value.reason == HaltReason.RETRY_LIMIT
+    assert len(calls) == 3
+
+
+class Approver:
+    """An approval gate for the ``transfer`` tool, answering with a fixed verdict."""
+
+    policy_type = "approval"
+
+    def __init__(self, verdict: GateVerdict) -> None:
+        self.verdict = verdict
+        self.asked: list[Any] = []
+
+    def check(self, context: PolicyContext) -> PolicyDecision:
+        return PolicyDecision(allowed=True, policy_type=self.policy_type)
+
+    def reset(self) -> None:
+        pass
+
+    def gates(self, tool: str) -> bool:
+        return tool.endswith(":transfer")
+
+    def decide(self, ctx: Any, node: Any, arguments: Any) -> GateVerdict:
+        self.asked.append(arguments)
+        return self.verdict
+
+    async def adecide(self, ctx: Any, node: Any, arguments: Any) -> GateVerdict:
+        return self.decide(ctx, node, arguments)
+
+
+def transfer_agent() -> tuple[Agent[None, str], list[int], list[list[ModelMessage]]]:
+    seen: list[list[ModelMessage]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        if len(seen) == 1:
+            return ModelResponse(parts=[ToolCallPart("transfer", {"amount": 900}, tool_call_id="t1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    ran: list[int] = []
+    agent = Agent(FunctionModel(model), capabilities=[VeronicaCapability()])
+
+    @agent.tool_plain
+    def transfer(amount: int) -> str:
+        ran.append(amount)
+        return f"sent {amount}"
+
+    return agent, ran, seen
+
+
+def tool_returns(messages: list[ModelMessage]) -> list[Any]:
+    return [
+        part.content for m in messages for part in getattr(m, "parts", []) if isinstance(part, ToolReturnPart)
+    ]
+
+
+def test_a_rejected_tool_call_answers_the_agent_and_never_runs() -> None:
+    gate = Approver(GateVerdict(False, "transfers need a second signature", on_reject="message"))
+    agent, ran, seen = transfer_agent()
+    with ExecutionContext(LIMITS, pipeline=PolicyPipeline([gate])) as ctx:
+        assert agent.run_sync("pay the invoice").output == "done"
+    assert ran == []
+    assert gate.asked == [{"amount": 900}]
+    assert tool_returns(seen[1]) == ["transfers need a second signature"]
+    assert [node.status for node in ctx.graph.nodes()] == ["ok", "rejected", "ok"]
+
+
+def test_a_rejection_that_halts_stops_the_run() -> None:
+    gate = Approver(GateVerdict(False, "not allowed"))
+    agent, ran, seen = transfer_agent()
+    with ExecutionContext(LIMITS, pipeline=PolicyPipeline([gate])), pytest.raises(ExecutionHalted) as caught:
+        agent.run_sync("pay the invoice")
+    assert caught.value.reason == HaltReason.POLICY_DENIED
+    assert (ran, len(seen)) == ([], 1)
+
+
+def test_an_approver_may_edit_the_arguments() -> None:
+    gate = Approver(GateVerdict(True, edited=True, arguments={"amount": 90}))
+    agent, ran, seen = transfer_agent()
+    with ExecutionContext(LIMITS, pipeline=PolicyPipeline([gate])):
+        assert agent.run_sync("pay the invoice").output == "done"
+    assert ran == [90]
+    assert tool_returns(seen[1]) == ["sent 90"]
+
+
+def test_edited_arguments_that_are_no_arguments_are_a_rejection() -> None:
+    gate = Approver(GateVerdict(True, edited=True, arguments=["90"], on_reject="message"))
+    agent, ran, seen = transfer_agent()
+    with ExecutionContext(LIMITS, pipeline=PolicyPipeline([gate])):
+        agent.run_sync("pay the invoice")
+    assert ran == []
+    assert "do not fit the tool" in tool_returns(seen[1])[0]
+    close_run_sync_loop()
