@@ -28,8 +28,6 @@ from veronica_mw.adapters.pydantic_ai import VeronicaCapability
 from veronica_mw.control import MaxLength
 from veronica_mw.kernel._control import GateVerdict
 
-from .conftest import close_run_sync_loop  # noqa: F401  (the autouse cleanup lives there)
-
 LIMITS = ExecutionConfig(max_cost_usd=10.0, max_steps=20, max_retries_total=3)
 
 
@@ -153,4 +151,3 @@ def test_edited_arguments_that_are_no_arguments_are_a_rejection() -> None:
         agent.run_sync("pay the invoice")
     assert ran == []
     assert "do not fit the tool" in tool_returns(seen[1])[0]
-    close_run_sync_loop()
