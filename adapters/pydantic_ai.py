@@ -16,6 +16,10 @@ pydantic-ai-slim 2.x:
   pydantic-ai ask the model again: ``before_model_request`` draws one retry each from
   ``max_retries_total`` when it does (and refuses that request once the budget is spent).
 
+Output checks and approvals (``veronica_mw.control``): a model answer a check rejects is asked again
+as a ``ModelRetry`` carrying the check's feedback; a tool call waits for the context's approval
+gates before it runs, and a rejection meant for the agent is returned as the tool's result.
+
 How a halt surfaces: the capability sits outermost, so the ExecutionHalted raised by a refused
 request or tool call is outside every other hook; pydantic-ai neither retries it nor feeds it to
 the model, and ``run``/``run_sync``/``run_stream``/``iter`` raise it unchanged. Should another
