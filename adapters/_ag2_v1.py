@@ -112,19 +112,19 @@ class _VeronicaTurn(BaseMiddleware):  # type: ignore[misc, unused-ignore]
         ctx = self._binding.resolve()
         if ctx is None:
             return await call_next(events, context)
-        node = ctx.begin_call("llm", self._llm_options)  # raises: the model is not called
+        node = await ctx.abegin_call("llm", self._llm_options)  # raises: the model is not called
         try:
             response = await call_next(events, context)
         except Exception as exc:
-            node.fail(exc)
+            await node.afail(exc)
             raise
         except BaseException:
             node.commit()  # cancelled mid-call: it may have cost, keep the reservation
             raise
         if isinstance(response, ModelResponse):
-            node.commit(response, usage=response.usage or None, model=response.model)
+            await node.acommit(response, usage=response.usage or None, model=response.model)
         else:
-            node.commit(response)
+            await node.acommit(response)
         return response
 
     async def on_tool_execution(self, call_next: Any, event: Any, context: Any) -> Any:
@@ -133,7 +133,8 @@ class _VeronicaTurn(BaseMiddleware):  # type: ignore[misc, unused-ignore]
             return await call_next(event, context)
         options = WrapOptions(operation_name=str(getattr(event, "name", "tool")))
         try:
-            node = ctx.begin_call("tool", options, key=("ag2-tool", getattr(event, "id", None) or id(event)))
+            key = ("ag2-tool", getattr(event, "id", None) or id(event))
+            node = await ctx.abegin_call("tool", options, key=key)
         except ExecutionHalted as halted:
             self._stopped = halted
             raise
@@ -149,7 +150,7 @@ class _VeronicaTurn(BaseMiddleware):  # type: ignore[misc, unused-ignore]
             error = getattr(result, "error", None)
             self._fail(ctx, node, error if isinstance(error, Exception) else _ToolFailed(str(result)))
         else:
-            node.commit(result)
+            await node.acommit(result)
         if ctx.aborted:
             self._stopped = self._stopped or ctx.halted_error()
             raise self._stopped

@@ -31,6 +31,7 @@ except ImportError as _exc:
 
     raise MissingFrameworkError("langchain>=1", "langchain", _exc) from None
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -146,6 +147,16 @@ class VeronicaAgentMiddleware(_Base):
             node.commit(cost_usd=node.reserved_usd)
 
     @staticmethod
+    async def _asettle_error(node: CallNode, exc: BaseException) -> None:
+        # Awaits an async budget parent; a coroutine being closed (GeneratorExit) cannot await.
+        if isinstance(exc, Exception):
+            await node.afail(exc)
+        elif isinstance(exc, asyncio.CancelledError):
+            await node.acommit(cost_usd=node.reserved_usd)
+        else:
+            node.commit(cost_usd=node.reserved_usd)
+
+    @staticmethod
     def _commit_model(node: CallNode, response: ModelResult) -> None:
         # Usually a callback handler already committed the real usage; this is the fallback
         # when none is attached (auto instrumentation disabled).
@@ -159,9 +170,9 @@ class VeronicaAgentMiddleware(_Base):
     async def _acommit_model(node: CallNode, response: ModelResult) -> None:
         message = _message_of(response)
         if message is not None:
-            await node.acommit(message)  # async output checks are awaited here
+            await node.acommit(message)  # async output checks (and an async parent) are awaited here
         else:
-            node.commit()
+            await node.acommit()
 
     # -- model calls --------------------------------------------------------------------------------
 
@@ -201,7 +212,7 @@ class VeronicaAgentMiddleware(_Base):
             return await handler(request)
         while True:
             try:
-                node = ctx.begin_call("llm", self._model_options(request))
+                node = await ctx.abegin_call("llm", self._model_options(request))
             except ExecutionHalted as halt:
                 return self._model_halted(halt)
             try:
@@ -212,10 +223,10 @@ class VeronicaAgentMiddleware(_Base):
                 request = reask_request(request, rejected)
                 continue
             except ExecutionHalted as halt:
-                node.fail(halt)
+                await node.afail(halt)
                 return self._model_halted(halt)
             except BaseException as exc:
-                self._settle_error(node, exc)
+                await self._asettle_error(node, exc)
                 raise
             return response
 
@@ -273,10 +284,10 @@ class VeronicaAgentMiddleware(_Base):
             with claimed(ctx, node):
                 result = await handler(edited_request(request, node))
         except ExecutionHalted as halt:
-            node.fail(halt)
+            await node.afail(halt)
             return self._tool_halted(halt, request)
         except BaseException as exc:
-            self._settle_error(node, exc)
+            await self._asettle_error(node, exc)
             raise
-        node.commit(result)
+        await node.acommit(result)
         return result

@@ -1,4 +1,5 @@
-"""``VeronicaCallbackHandler``: one kernel step per LangChain model or tool run.
+"""``VeronicaCallbackHandler``: one kernel step per LangChain model or tool run (its async twin,
+:class:`~veronica_mw.adapters.langchain.VeronicaAsyncCallbackHandler`, shares :class:`HandlerCore`).
 
 Kept apart from :mod:`veronica_mw.adapters.langchain` (which imports it after the gated
 framework import) so that module holds only the wiring: zero-config hook, opt-outs, lazy agent
@@ -18,7 +19,7 @@ from langchain_core.outputs import LLMResult
 from .. import CallNode, ContextBinding, ExecutionConfig, ExecutionContext, WrapOptions
 from ._langchain_claims import adopt
 
-__all__ = ["COST_HINT_METADATA_KEY", "VeronicaCallbackHandler"]
+__all__ = ["COST_HINT_METADATA_KEY", "HandlerCore", "VeronicaCallbackHandler"]
 
 COST_HINT_METADATA_KEY = "veronica_cost_estimate_hint"
 """Run metadata key (``model.with_config(metadata={...})``) giving a per-call cost hint in USD."""
@@ -51,7 +52,81 @@ def _llm_outcome(response: LLMResult) -> tuple[Any, Any, str | None]:
     return message, usage, model if isinstance(model, str) and model else None
 
 
-class VeronicaCallbackHandler(BaseCallbackHandler):
+def llm_result(response: LLMResult) -> tuple[Any, Any, str | None]:
+    """What a finished model run commits: (result, usage, model); the result is the chat message,
+    or a text LLM's Generation (what output checks read), or _UNSET-like None when there is none."""
+    message, usage, model = _llm_outcome(response)
+    if message is None and response.generations and response.generations[0]:
+        message = response.generations[0][0]
+    return message, usage, model
+
+
+class HandlerCore:
+    """What the sync and the async handler share: binding, per-run options and settling.
+
+    Beginning a step is the only part that differs (the async twin awaits the kernel's
+    ``abegin_call``, so an async budget parent never blocks the event loop); settling is the same.
+    """
+
+    def _setup(self, context: ExecutionContext | None, config: ExecutionConfig | None, hint: float) -> None:
+        self._binding = ContextBinding(context, config)
+        self._hint = WrapOptions(cost_estimate_hint=hint).cost_estimate_hint
+        # Open steps by LangChain run id; entries live from start to end/error only.
+        self._open: dict[UUID, CallNode] = {}
+
+    @property
+    def owned_context(self) -> ExecutionContext | None:
+        """The context this handler built from ``config`` (None until first needed)."""
+        return self._binding.owned_context
+
+    def _resolve(self) -> ExecutionContext | None:
+        return self._binding.resolve()
+
+    def _options(
+        self,
+        kind: str,
+        serialized: Mapping[str, Any] | None,
+        metadata: Mapping[str, Any] | None,
+        extra: Mapping[str, Any],
+    ) -> WrapOptions:
+        meta = metadata or {}
+        params = extra.get("invocation_params") or {}
+        name = extra.get("name") or (serialized or {}).get("name") or kind
+        model = meta.get("ls_model_name") or params.get("model") or params.get("model_name")
+        return WrapOptions(
+            operation_name=name if isinstance(name, str) else kind,
+            cost_estimate_hint=_hint(meta.get(COST_HINT_METADATA_KEY), self._hint) if kind == "llm" else 0.0,
+            model=model if isinstance(model, str) and model else None,
+        )
+
+    def _end_llm(self, run_id: UUID, response: LLMResult) -> None:
+        node = self._open.pop(run_id, None)
+        if node is None:
+            return
+        message, usage, model = llm_result(response)
+        if message is not None:
+            node.commit(message, usage=usage, model=model)
+        else:
+            node.commit(usage=usage, model=model)
+
+    def _end_tool(self, run_id: UUID, output: Any) -> None:
+        node = self._open.pop(run_id, None)
+        if node is not None:
+            node.commit(output)
+
+    def _fail(self, run_id: UUID, error: BaseException) -> None:
+        node = self._open.pop(run_id, None)
+        if node is None:
+            return
+        if isinstance(error, Exception):
+            node.fail(error)
+        else:
+            # Cancelled mid-call (CancelledError, KeyboardInterrupt): not a failure that draws a
+            # retry, but the call may have cost money, so the reservation is kept as spent.
+            node.commit(cost_usd=node.reserved_usd)
+
+
+class VeronicaCallbackHandler(HandlerCore, BaseCallbackHandler):
     """Contain LangChain runs: one kernel step per model or tool run, halts raised before the call.
 
     Binding: ``context`` if given; else the context current at call time (request middleware or an
@@ -60,9 +135,11 @@ class VeronicaCallbackHandler(BaseCallbackHandler):
     ``max_cost_usd`` can stop the call that would cross it; run metadata
     ``{"veronica_cost_estimate_hint": x}`` overrides it per runnable.
 
-    Sync on purpose: an async-only handler cannot stop a sync ``invoke``, while LangChain runs a
-    sync handler in async runs too (in its executor, with a copy of the caller's context, and
-    awaits it before the model is called). ``raise_error`` makes LangChain propagate
+    Sync, so it contains sync and async runs alike: LangChain runs a sync handler in async runs
+    too (in its executor, with a copy of the caller's context, and awaits it before the model is
+    called) -- one thread-pool hop per event. For async-only code,
+    :class:`VeronicaAsyncCallbackHandler` is awaited inline instead (the zero-config hook picks
+    the right one by itself). ``raise_error`` makes LangChain propagate
     :class:`~veronica_mw.ExecutionHalted` instead of logging it. Not ``run_inline``: LangChain
     leaves the other handlers' start coroutines un-awaited when an inline handler raises.
     """
@@ -77,10 +154,7 @@ class VeronicaCallbackHandler(BaseCallbackHandler):
         cost_estimate_hint: float = 0.0,
     ) -> None:
         super().__init__()
-        self._binding = ContextBinding(context, config)
-        self._hint = WrapOptions(cost_estimate_hint=cost_estimate_hint).cost_estimate_hint
-        # Open steps by LangChain run id; entries live from start to end/error only.
-        self._open: dict[UUID, CallNode] = {}
+        self._setup(context, config, cost_estimate_hint)
 
     # Chain/retriever/custom events carry no model or tool call: skip them cheaply.
     @property
@@ -99,14 +173,6 @@ class VeronicaCallbackHandler(BaseCallbackHandler):
     def ignore_custom_event(self) -> bool:
         return True
 
-    @property
-    def owned_context(self) -> ExecutionContext | None:
-        """The context this handler built from ``config`` (None until first needed)."""
-        return self._binding.owned_context
-
-    def _resolve(self) -> ExecutionContext | None:
-        return self._binding.resolve()
-
     def _begin(
         self,
         kind: str,
@@ -121,33 +187,12 @@ class VeronicaCallbackHandler(BaseCallbackHandler):
             return
         node = adopt(ctx, kind, run_id)
         if node is None:
-            meta = metadata or {}
-            params = extra.get("invocation_params") or {}
-            name = extra.get("name") or (serialized or {}).get("name") or kind
-            model = meta.get("ls_model_name") or params.get("model") or params.get("model_name")
-            options = WrapOptions(
-                operation_name=name if isinstance(name, str) else kind,
-                cost_estimate_hint=_hint(meta.get(COST_HINT_METADATA_KEY), self._hint)
-                if kind == "llm"
-                else 0.0,
-                model=model if isinstance(model, str) and model else None,
-            )
             # Raises ExecutionHalted (or ToolCallRejected): the call never runs. A tool an approval
             # policy gates waits here for the approver, who sees its arguments (no edits: a
             # callback cannot change what the tool runs with).
+            options = self._options(kind, serialized, metadata, extra)
             node = ctx.begin_call(kind, options, key=run_id, arguments=arguments)
         self._open[run_id] = node
-
-    def _fail(self, run_id: UUID, error: BaseException) -> None:
-        node = self._open.pop(run_id, None)
-        if node is None:
-            return
-        if isinstance(error, Exception):
-            node.fail(error)
-        else:
-            # Cancelled mid-call (CancelledError, KeyboardInterrupt): not a failure that draws a
-            # retry, but the call may have cost money, so the reservation is kept as spent.
-            node.commit(cost_usd=node.reserved_usd)
 
     # -- model runs ---------------------------------------------------------------------------------
 
@@ -180,16 +225,7 @@ class VeronicaCallbackHandler(BaseCallbackHandler):
     def on_llm_end(
         self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
-        node = self._open.pop(run_id, None)
-        if node is None:
-            return
-        message, usage, model = _llm_outcome(response)
-        if message is None and response.generations and response.generations[0]:
-            message = response.generations[0][0]  # a text LLM's Generation: what output checks read
-        if message is not None:
-            node.commit(message, usage=usage, model=model)
-        else:
-            node.commit(usage=usage, model=model)
+        self._end_llm(run_id, response)
 
     def on_llm_error(
         self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
@@ -215,9 +251,7 @@ class VeronicaCallbackHandler(BaseCallbackHandler):
     def on_tool_end(
         self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
-        node = self._open.pop(run_id, None)
-        if node is not None:
-            node.commit(output)
+        self._end_tool(run_id, output)
 
     def on_tool_error(
         self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any

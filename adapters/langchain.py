@@ -6,10 +6,14 @@
   real usage and model name in ``on_llm_end``/``on_tool_end`` and records failures in
   ``on_*_error`` so retries (``.with_retry()`` shows each attempt as a run) draw from the
   chain-wide retry budget.
-* Zero-config: importing this module registers a LangChain configure hook whose handler binds to
-  the *current* execution context at call time, so every LangChain/LangGraph run inside a request
+* :class:`VeronicaAsyncCallbackHandler` is its async twin, awaited inline by LangChain in async
+  runs (the sync handler costs a thread-pool hop per event there).
+* Zero-config: importing this module registers a LangChain configure hook that, while an
+  execution context is current, attaches the handler matching the run (async twin for async
+  runs) bound to that context at call time, so every LangChain/LangGraph run inside a request
   under the middleware, or inside ``with ExecutionContext(...)``, is contained without passing
-  callbacks. Opt out with :func:`disable_auto_instrumentation` or ``VERONICA_MW_LANGCHAIN_AUTO=0``.
+  callbacks; outside any context it attaches nothing. Opt out with
+  :func:`disable_auto_instrumentation` or ``VERONICA_MW_LANGCHAIN_AUTO=0``.
 * ``VeronicaAgentMiddleware`` (needs ``langchain>=1``) is loaded lazily from
   :mod:`._langchain_agent` so that this module needs only langchain-core.
 
@@ -21,7 +25,7 @@ LangGraph node wrapper is adopted through :mod:`._langchain_claims`.
 from __future__ import annotations
 
 try:
-    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.callbacks import AsyncCallbackManager, BaseCallbackHandler
     from langchain_core.tracers.context import register_configure_hook
 except ImportError as _exc:
     from .. import MissingFrameworkError
@@ -30,7 +34,7 @@ except ImportError as _exc:
 
 import logging
 import os
-from contextvars import ContextVar
+import sys
 from typing import TYPE_CHECKING, Any
 
 from .. import (
@@ -40,6 +44,8 @@ from .. import (
     ToolCallRejected,
     get_current_execution_context,
 )
+from ..kernel.context import current_context
+from ._langchain_async import VeronicaAsyncCallbackHandler, _running_loop
 from ._langchain_handler import COST_HINT_METADATA_KEY, VeronicaCallbackHandler
 
 if TYPE_CHECKING:
@@ -49,6 +55,7 @@ __all__ = [
     "AUTO_INSTRUMENTATION_ENV",
     "COST_HINT_METADATA_KEY",
     "VeronicaAgentMiddleware",
+    "VeronicaAsyncCallbackHandler",
     "VeronicaCallbackHandler",
     "auto_instrumentation_enabled",
     "disable_auto_instrumentation",
@@ -70,14 +77,13 @@ _auto_enabled = os.environ.get(AUTO_INSTRUMENTATION_ENV, "1").strip().lower() no
 
 
 class _AutoHandler(VeronicaCallbackHandler):
-    """The configure-hook handler: bound to whatever context is current when a run starts."""
+    """The configure-hook handler of sync runs: bound to whatever context is current at call time."""
 
     def _resolve(self) -> ExecutionContext | None:
         return get_current_execution_context() if _auto_enabled else None
 
-    # LangChain reads these before dispatching an event, in the run's own context. Outside any
-    # execution context the hook handler is skipped right there: otherwise every async run in the
-    # process would pay a thread-pool hop per event for a handler with nothing to do.
+    # LangChain reads these before dispatching an event. A run configured inside a context may
+    # outlive it (a task that kept running): then there is nothing to do.
     @property
     def ignore_llm(self) -> bool:
         return self._resolve() is None
@@ -91,15 +97,57 @@ class _AutoHandler(VeronicaCallbackHandler):
         return self._resolve() is None
 
 
-# LangChain attaches a hook's handler only while the hook variable holds a non-None value, and a
-# ContextVar cannot be subclassed to compute that value. So the variable's *default* is one shared
-# handler that resolves the current execution context itself at call time; outside any context it
-# does nothing. Being a real ContextVar, it also works in threads and tasks LangChain/LangGraph start.
-_AUTO_HANDLER = _AutoHandler()
-_auto_handler_var: ContextVar[BaseCallbackHandler | None] = ContextVar(
-    "veronica_mw_langchain_auto_handler", default=_AUTO_HANDLER
-)
-register_configure_hook(_auto_handler_var, inheritable=True)
+class _AsyncAutoHandler(VeronicaAsyncCallbackHandler):
+    """The configure-hook handler of async runs (awaited inline, no thread-pool hop)."""
+
+    def _resolve(self) -> ExecutionContext | None:
+        return get_current_execution_context() if _auto_enabled else None
+
+    @property
+    def ignore_llm(self) -> bool:
+        return _running_loop() is None or self._resolve() is None
+
+    @property
+    def ignore_chat_model(self) -> bool:
+        return _running_loop() is None or self._resolve() is None
+
+    @property
+    def ignore_agent(self) -> bool:
+        return _running_loop() is None or self._resolve() is None
+
+
+_SYNC_HANDLER = _AutoHandler()
+_ASYNC_HANDLER = _AsyncAutoHandler()
+_ASYNC_CONFIGURE = AsyncCallbackManager.configure.__func__.__code__  # type: ignore[attr-defined]
+_current = current_context.get
+
+
+class _ConfigureHook:
+    """What LangChain reads when it configures a run's callbacks, in place of a ContextVar.
+
+    LangChain calls ``get()`` on every registered hook while it builds a run's callback manager
+    and attaches the handler returned unless it is None. So outside any execution context no
+    handler is attached at all -- a run costs what it costs without this adapter -- and inside
+    one, a run gets the handler matching its manager: the async twin for an
+    ``AsyncCallbackManager`` (``ainvoke``, ``astream``, async graphs), the sync handler otherwise.
+    The manager's kind is read from the caller's frame (``AsyncCallbackManager.configure`` calls
+    ``_configure``, which calls us); any other caller gets the sync handler, which contains every
+    kind of run (async ones at the cost of a thread-pool hop per event).
+    """
+
+    def get(self) -> BaseCallbackHandler | None:
+        if not _auto_enabled or _current() is None:
+            return None
+        try:
+            caller = sys._getframe(2).f_code
+        except ValueError:  # pragma: no cover - called from the top of a stack
+            return _SYNC_HANDLER
+        return _ASYNC_HANDLER if caller is _ASYNC_CONFIGURE else _SYNC_HANDLER
+
+
+# Inheritable: child runs (a chain's model, a graph's nodes) get the handler too, and their own
+# configure step consults the hook again (a context entered inside a run is picked up there).
+register_configure_hook(_ConfigureHook(), inheritable=True)  # type: ignore[arg-type]
 
 
 _EXPECTED = tuple(f"{cls.__name__}(" for cls in (ExecutionHalted, OutputRejected, ToolCallRejected))

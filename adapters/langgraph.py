@@ -25,6 +25,7 @@ except ImportError as _exc:
 
     raise MissingFrameworkError("langgraph", "langgraph", _exc) from None
 
+import asyncio
 import copy
 import dataclasses
 import functools
@@ -58,6 +59,18 @@ def _settle_error(node: CallNode, exc: BaseException) -> None:
         node.commit(cost_usd=node.reserved_usd)  # cancelled mid-run: keep the reservation as spent
 
 
+async def _asettle_error(node: CallNode, exc: BaseException) -> None:
+    # Like _settle_error, awaiting an async budget parent; a coroutine being closed cannot await.
+    if isinstance(exc, GraphBubbleUp):
+        await node.acommit()
+    elif isinstance(exc, Exception):
+        await node.afail(exc)
+    elif isinstance(exc, asyncio.CancelledError):
+        await node.acommit(cost_usd=node.reserved_usd)
+    else:
+        _settle_error(node, exc)
+
+
 def _is_async(fn: Any) -> bool:
     # Callable objects count as async when their __call__ is a coroutine function (as in LangGraph).
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
@@ -77,14 +90,14 @@ def _wrap(fn: Callable[..., Any], kind: str, name: str, binding: ContextBinding)
             ctx = binding.resolve()
             if ctx is None:
                 return await fn(*args, **kwargs)
-            node = ctx.begin_call(kind, options)  # ExecutionHalted here: the body never runs
+            node = await ctx.abegin_call(kind, options)  # ExecutionHalted here: the body never runs
             try:
                 with claimed(ctx, node):
                     result = await fn(*args, **kwargs)
             except BaseException as exc:
-                _settle_error(node, exc)
+                await _asettle_error(node, exc)
                 raise
-            node.commit(result)
+            await node.acommit(result)
             return result
 
         setattr(async_step, _MARK, True)

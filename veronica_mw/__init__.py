@@ -14,7 +14,7 @@ from .kernel.exceptions import ExecutionHalted, MissingFrameworkError, OutputRej
 from .kernel.execution import ExecutionContext
 from .kernel.graph import CallNode, ExecutionGraph
 from .kernel.observer import Observer, add_observer, remove_observer
-from .kernel.parent import BudgetParent
+from .kernel.parent import AsyncBudgetParent, BudgetParent
 from .kernel.policy import PolicyContext, PolicyDecision, PolicyPipeline, RuntimePolicy
 from .kernel.pricing import TokenUsage
 from .kernel.reasons import CallKind, Decision, HaltReason
@@ -32,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentStepGuard",
+    "AsyncBudgetParent",
     "BudgetEnforcer",
     "BudgetParent",
     "BudgetPool",

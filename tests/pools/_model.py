@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from veronica_mw.pools._backend import BucketState, Op
+from veronica_mw.pools._backend import BucketState, LeaseReply, LeaseSync, Op
 
 RTTL = 1_000  # reservation TTL (ms) used by the model tests
 
@@ -25,6 +25,7 @@ class Model:
     holds: dict[str, int] = field(default_factory=dict)  # open, not reclaimed
     expiry: dict[str, int] = field(default_factory=dict)
     reclaimed: dict[str, int] = field(default_factory=dict)  # id -> when it is forgotten
+    seqs: dict[str, int] = field(default_factory=dict)  # lease id -> last applied sync
 
     @property
     def reserved(self) -> int:
@@ -41,6 +42,7 @@ class Model:
         for rid, when in list(self.reclaimed.items()):
             if when <= o.now_ms:
                 del self.reclaimed[rid]
+                self.seqs.pop(rid, None)
 
     def view(self, ok: bool) -> BucketState:
         return BucketState(ok, self.win, self.spent, self.reserved, self.steps)
@@ -74,3 +76,29 @@ class Model:
             return False
         self.spent += actual
         return True
+
+    def lease(self, o: Op, s: LeaseSync, limit: int) -> LeaseReply:
+        """A lease is a hold whose amount each sync replaces; see pools/_lease.py."""
+        self._touch(o)
+        held = self.holds.get(s.lease_id, 0)
+        if s.seq <= self.seqs.get(s.lease_id, 0):
+            return LeaseReply(held, self.view(True))
+        self.holds.pop(s.lease_id, None)
+        self.expiry.pop(s.lease_id, None)
+        self.reclaimed.pop(s.lease_id, None)
+        self.spent += s.booked
+        self.steps += s.steps
+        hold = s.keep
+        if not held:  # nothing held (first sync or reclaimed): only in-flight calls are owed
+            room = limit - self.spent - self.reserved - s.inflight
+            hold = s.inflight + max(0, min(s.keep - s.inflight, room))
+        if s.ask > 0 and self.spent + self.reserved + hold + s.ask <= limit:
+            hold += s.ask
+        room = limit - self.spent - self.reserved - hold
+        if s.extra > 0 and room >= 2:
+            hold += min(s.extra, room // 2)
+        self.seqs[s.lease_id] = s.seq
+        if hold > 0:
+            self.holds[s.lease_id] = hold
+            self.expiry[s.lease_id] = o.now_ms + o.reservation_ttl_ms
+        return LeaseReply(hold, self.view(True))

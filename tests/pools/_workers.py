@@ -69,6 +69,54 @@ def kernel(args: dict[str, Any]) -> dict[str, Any]:
     return {"ok": results.count("ok"), "outcomes": results}
 
 
+def akernel(args: dict[str, Any]) -> dict[str, Any]:
+    """Like :func:`kernel` on the async path: ``threads`` concurrent asyncio tasks, redis.asyncio,
+    optionally with a lease (``lease`` USD)."""
+    import asyncio
+
+    from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted, WrapOptions
+    from veronica_mw.pools.budget_pool import BudgetPool
+    from veronica_mw.pools.redis_backend import RedisBudgetBackend
+
+    backend = RedisBudgetBackend(args["url"])
+    pool = BudgetPool(
+        args["limit"], window_s=3600, key_func=lambda r: r, backend=backend, lease_usd=args.get("lease")
+    )
+    config = ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=0)
+    cost = args["cost"]
+    options = WrapOptions(cost_estimate_hint=cost, cost_fn=lambda r: cost)
+
+    async def slow() -> str:
+        await asyncio.sleep(0.002)
+        return "ok"
+
+    async def request(tenant: str) -> str:
+        adm = await pool.aadmit(tenant)
+        if not adm.allowed:
+            return f"refused:{adm.status}"
+        ctx = ExecutionContext(config, budget_parent=adm.ledger)
+        try:
+            async with ctx:
+                await ctx.acall_llm(slow, options=options)
+            return "ok"
+        except ExecutionHalted as exc:
+            return f"halted:{exc.reason}"
+
+    async def main() -> list[str]:
+        tenants = args["tenants"]
+        await asyncio.sleep(max(0.0, args["start_at"] - time.time()))
+        try:
+            return list(
+                await asyncio.gather(*(request(tenants[i % len(tenants)]) for i in range(args["threads"])))
+            )
+        finally:
+            await pool.aflush()
+            await backend.aclose()
+
+    results = asyncio.run(main())
+    return {"ok": results.count("ok"), "outcomes": results}
+
+
 def raw(args: dict[str, Any]) -> dict[str, Any]:
     """Hammer reserve/settle on one bucket from ``threads`` clients (each its own connection)."""
     from veronica_mw.pools._backend import Op
@@ -145,5 +193,5 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
 
 if __name__ == "__main__":
     mode, payload = sys.argv[1], json.loads(sys.argv[2])
-    result = {"kernel": kernel, "raw": raw, "crash": crash, "probe": probe}[mode](payload)
+    result = {"kernel": kernel, "akernel": akernel, "raw": raw, "crash": crash, "probe": probe}[mode](payload)
     print(json.dumps(result), flush=True)

@@ -202,6 +202,36 @@ def test_kernel_4_processes_x_50_requests_one_tenant(redis_url: str, closer: Clo
     assert usage.reserved_usd == 0 and usage.steps == 33
 
 
+@pytest.mark.parametrize("lease", [None, 0.09])
+def test_async_path_4_processes_x_50_requests_one_tenant(
+    redis_url: str, closer: Closer, lease: float | None
+) -> None:
+    """The same on the async path (redis.asyncio); with a lease, exact books and at most what the
+    three other processes hold unused (0.09 + one call each) left unspent."""
+    payload = {
+        "url": redis_url,
+        "limit": 1.0,
+        "cost": 0.03,
+        "threads": 50,
+        "tenants": ["acme"],
+        "start_at": time.time() + 2.0,
+        "lease": lease,
+    }
+    results = _run_workers("akernel", [payload] * 4)
+    served = sum(r["ok"] for r in results)
+    outcomes = [o for r in results for o in r["outcomes"]]
+    assert set(outcomes) <= {"ok", "halted:budget_exceeded", "refused:429"}
+    usage = BudgetPool(1.0, window_s=3600, key_func=str, backend=closer(RedisBudgetBackend(redis_url))).usage(
+        "acme"
+    )
+    assert usage.spent_usd == pytest.approx(0.03 * served, abs=1e-9) and usage.spent_usd <= 1.0
+    assert usage.reserved_usd == 0 and usage.steps == served  # every lease given back at exit
+    if lease is None:
+        assert served == 33
+    else:
+        assert 33 - 3 * 4 <= served <= 33
+
+
 def test_two_tenants_never_touch_each_other(redis_url: str, closer: Closer) -> None:
     start = time.time() + 2.0
     payload = {

@@ -1,6 +1,7 @@
 """The one-call forms of the kernel API: ``wrap_*`` (return a Decision), ``call_*`` (return the
 result or raise ExecutionHalted) and their coroutine versions. All of them are thin shells around
-``_begin`` and one settle of the node, so sync and async paths cannot drift apart.
+``_begin`` (``_abegin``) and one settle of the node, so sync and async paths cannot drift apart;
+the coroutine forms await a budget parent that has ``areserve``/``asettle``.
 """
 
 from __future__ import annotations
@@ -27,15 +28,22 @@ class CallAPI:
     __slots__ = ()
 
     if TYPE_CHECKING:
+        _aparent: Any
 
         def _begin(
             self, kind: str, options: WrapOptions, key: Any, parent_id: int | None, inline: bool = False
         ) -> CallNode | None: ...
+        async def _abegin(
+            self, kind: str, options: WrapOptions, key: Any, parent_id: int | None, inline: bool = False
+        ) -> CallNode | None: ...
         def _fail(self, node: CallNode, exc: BaseException | None) -> None: ...
         def _interrupt(self, node: CallNode, exc: BaseException | None = None) -> None: ...
+        async def _afail(self, node: CallNode, exc: BaseException | None) -> None: ...
+        async def _ainterrupt(self, node: CallNode, exc: BaseException) -> None: ...
         def halted_error(self) -> ExecutionHalted: ...
         def _approve(self, node: CallNode, arguments: Any, editable: Any) -> None: ...
         async def _aapprove(self, node: CallNode, arguments: Any, editable: Any) -> None: ...
+        async def _agate(self, node: CallNode, arguments: Any, editable: Any) -> None: ...
 
     # -- Decision-returning forms ------------------------------------------------------------------
 
@@ -93,12 +101,15 @@ class CallAPI:
             return Decision.HALT
 
     async def _awrap(self, kind: str, fn: Callable[[], Any], options: WrapOptions | None) -> Decision:
-        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
+        if self._aparent is None:  # nothing to await before the call: the sync admission, inline
+            node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
+        else:
+            node = await self._abegin(kind, options or DEFAULT_OPTIONS, None, None, True)
         if node is None:
             return Decision.HALT
         try:
             if node._gates:
-                await self._aapprove(node, None, False)
+                await self._agate(node, None, False)
             return await node.acommit(await self._arun(node, fn, (), {}))
         except ExecutionHalted:
             return Decision.HALT
@@ -121,12 +132,15 @@ class CallAPI:
     async def _acall(
         self, kind: str, fn: Callable[..., Any], args: Any, kwargs: Any, options: WrapOptions | None
     ) -> Any:
-        node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
+        if self._aparent is None:
+            node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
+        else:
+            node = await self._abegin(kind, options or DEFAULT_OPTIONS, None, None, True)
         if node is None:
             raise self.halted_error()
         if node._gates:
             call = ToolCall(fn, args, kwargs)
-            await self._aapprove(node, call.arguments, call.editable)
+            await self._agate(node, call.arguments, call.editable)
             if node.edited_arguments is not None:
                 args, kwargs = call.rebuild(node.edited_arguments)
         result = await self._arun(node, fn, args, kwargs)
@@ -154,10 +168,10 @@ class CallAPI:
                 result = await result
             return result
         except Exception as exc:
-            self._fail(node, exc)
+            await self._afail(node, exc)
             raise
         except BaseException as exc:
-            self._interrupt(node, exc)
+            await self._ainterrupt(node, exc)
             raise
         finally:
             current_node.reset(token)

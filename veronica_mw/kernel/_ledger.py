@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from .parent import BudgetParent
 
 _EPSILON = 1e-9  # float sums of exact hints may land a hair over the ceiling
+# node._held: no parent reservation / one to settle synchronously / one whose settle an async
+# caller will await after the sync step it runs (see _async_ledger) / that settle, now owed.
+FREE, HELD, AWAITED, OWED = 0, 1, 2, 3
 
 
 class Ledger:
@@ -86,13 +89,34 @@ class Ledger:
         parent_id: int | None,
         inline: bool = False,
     ) -> CallNode | None:
+        node, fresh = self._admit(kind, options, key, parent_id)
+        if node is None or not fresh:
+            return node
+        parent = self._parent
+        if parent is not None:
+            if not parent.reserve(node.reserved_usd):
+                self._refused_by_parent(node, parent)
+                return None
+            node._held = HELD
+        self._announce(node, inline)
+        return node
+
+    def _admit(
+        self, kind: str, options: WrapOptions, key: Hashable | None, parent_id: int | None
+    ) -> tuple[CallNode | None, bool]:
+        """Every local check and the reservation under the lock: (node, whether it is new).
+
+        A new node still needs the parent budget's reservation (sync or awaited, by the caller)
+        and :meth:`_announce`; ``(None, False)`` is a refusal, an open node of the same key is
+        returned as it is.
+        """
         if kind != "llm" and kind != "tool":
             raise ValueError(f"kind must be 'llm' or 'tool', got {kind!r}")
         if self._reason is not None:
-            return None
+            return None, False
         if self._deadline and time.monotonic() >= self._deadline:
             self._on_deadline()
-            return None
+            return None, False
         hint = options.cost_estimate_hint
         name = options.operation_name or kind
         config = self.config
@@ -113,7 +137,7 @@ class Ledger:
             if not decision.allowed:
                 wait = decision.rate_limit_ms / 1000.0 if decision.rate_limit_ms else None
                 self._abort(HaltReason.POLICY_DENIED, f"{decision.policy_type}: {decision.reason}", wait)
-                return None
+                return None, False
             if decision.fallback_model is not None and kind == "llm":
                 # MODIFY: the call runs on the fallback, so it is reserved at the fallback's price.
                 fallback = decision.fallback_model
@@ -126,9 +150,9 @@ class Ledger:
                     self._open_keys = {}
                 existing = self._open_keys.get(key)
                 if existing is not None:
-                    return existing
+                    return existing, False
             if self._reason is not None:
-                return None
+                return None, False
             if self._steps >= config.max_steps:
                 halt = HaltReason.STEP_LIMIT
             elif (kind == "llm" or hint > 0.0) and (
@@ -155,9 +179,9 @@ class Ledger:
                     self._open_keys[key] = node  # type: ignore[index]
         if halt is not None:
             self._abort(halt, self._limit_detail(halt, hint))
-            return None
+            return None, False
         if repeats == self._graph_args[1] and self._diverged(node):
-            return None
+            return None, False
         breaker = self._breaker
         if breaker is not None:
             decision = breaker.check(None)
@@ -165,23 +189,23 @@ class Ledger:
                 self._close(node, "refused", 0.0, refund_step=True)
                 wait = decision.rate_limit_ms / 1000.0 if decision.rate_limit_ms else None
                 self._abort(HaltReason.CIRCUIT_OPEN, decision.reason, wait)
-                return None
+                return None, False
             node._probe = True
-        parent = self._parent
-        if parent is not None:
-            if not parent.reserve(hint):
-                self._close(node, "refused", 0.0, refund_step=True)
-                self._parent_refused(parent)
-                return None
-            node._held = True
-        if kind == "tool" and self._pipeline is not None and self._pipeline.gates:
+        return node, True
+
+    def _announce(self, node: CallNode, inline: bool) -> None:
+        """A new node that passed every check (the parent's too): approval gates, observers."""
+        if node.kind == "tool" and self._pipeline is not None and self._pipeline.gates:
             # ``begin_call`` asks these before the tool runs (see _verdicts.Verdicts._approve).
-            node._gates = tuple(gate for gate in self._pipeline.gates if gate.gates(name))
+            node._gates = tuple(gate for gate in self._pipeline.gates if gate.gates(node.name))
         if _obs._global or self._observers:
             node._seen = True
             node.inline = inline
             _obs.notify(self._observers, "call_started", self, node)
-        return node
+
+    def _refused_by_parent(self, node: CallNode, parent: BudgetParent) -> None:
+        self._close(node, "refused", 0.0, refund_step=True)
+        self._parent_refused(parent)
 
     def _parent_refused(self, parent: BudgetParent) -> None:
         status = getattr(parent, "refusal_status", 429)
@@ -238,8 +262,11 @@ class Ledger:
             if result is not _UNSET:
                 self._partial = result
             over = self._committed > self.config.max_cost_usd + _EPSILON
+            held = node._held
+            if held == AWAITED:  # an async caller awaits the parent's settle after this step
+                node._held = OWED
         node._ctx = None
-        if node._held:
+        if held == HELD:
             self._parent.settle(node.reserved_usd, cost)  # type: ignore[union-attr]
         if refund_step and node._probe:
             self._breaker.release_probe()  # type: ignore[union-attr]

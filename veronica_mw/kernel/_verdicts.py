@@ -74,6 +74,8 @@ class Verdicts:
         def halted_error(self) -> ExecutionHalted: ...
         def _on_deadline(self) -> None: ...
         def get_events(self) -> list[Any]: ...
+        def _owe(self, node: CallNode) -> bool: ...
+        async def _pay(self, node: CallNode) -> None: ...
 
     # -- output checks -------------------------------------------------------------------------------
 
@@ -82,14 +84,24 @@ class Verdicts:
     ) -> Decision:
         verifier = self._verifier
         if verifier is None or node.kind != "llm" or result is _UNSET or node.status != "running":
-            return self._commit(node, result, cost_usd, usage, model)
+            if not self._owe(node):
+                return self._commit(node, result, cost_usd, usage, model)
+            try:  # an async parent budget's settle is awaited after the sync step
+                return self._commit(node, result, cost_usd, usage, model)
+            finally:
+                await self._pay(node)
         cost = self._actual_cost(node, result, cost_usd, usage, model)
         if node.fallback_model is not None and not node._downgraded:
             self._downgrade_unsupported(node)
         rejection = await verifier.averify(self, node, result)  # type: ignore[arg-type]
-        if rejection is not None:
-            self._reject(node, cost, rejection)
-        return self._settle_ok(node, result, cost)
+        owed = self._owe(node)
+        try:
+            if rejection is not None:
+                self._reject(node, cost, rejection)
+            return self._settle_ok(node, result, cost)
+        finally:
+            if owed:
+                await self._pay(node)
 
     def _reject(self, node: CallNode, cost: float, rejection: Rejection) -> None:
         """The output failed a check: commit what the call cost, then re-ask or halt (always raises)."""

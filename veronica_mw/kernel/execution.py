@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from . import observer as _obs
+from ._async_ledger import AsyncLedger
 from ._calls import CallAPI
 from ._control import OutputVerifier, build_verifier
 from ._ledger import Ledger
@@ -32,7 +33,7 @@ from .config import DEFAULT_OPTIONS, ExecutionConfig, WrapOptions
 from .context import PendingContext, current_context
 from .exceptions import ExecutionHalted
 from .graph import CallNode, ExecutionGraph
-from .parent import BudgetParent
+from .parent import AsyncBudgetParent, BudgetParent
 from .policy import PolicyPipeline
 from .reasons import HaltReason
 from .snapshot import ExecutionEvent, ExecutionSnapshot
@@ -55,7 +56,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_chain_prefix)
 
 
-class ExecutionContext(Ledger, Verdicts, CallAPI):
+class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
     """One agent run, request or session: every call through it is checked against its limits.
 
     Usable as ``with``/``async with`` (sets the current context and arms the timeout) or handed
@@ -72,6 +73,7 @@ class ExecutionContext(Ledger, Verdicts, CallAPI):
         "_pipeline",
         "_breaker",
         "_parent",
+        "_aparent",
         "_lock",
         "_token",
         "_graph",
@@ -134,6 +136,14 @@ class ExecutionContext(Ledger, Verdicts, CallAPI):
         self._pipeline = pipeline if pipeline else None
         self._breaker = circuit_breaker
         self._parent = budget_parent
+        # The coroutine API awaits a parent that can answer without blocking (a Redis tenant pool).
+        self._aparent: AsyncBudgetParent | None = (
+            budget_parent  # type: ignore[assignment]  # checked right here
+            if budget_parent is not None
+            and callable(getattr(budget_parent, "areserve", None))
+            and callable(getattr(budget_parent, "asettle", None))
+            else None
+        )
         self._lock = threading.Lock()
         self._token: CancellationToken | None = None
         if graph_capacity < 1:
@@ -386,12 +396,14 @@ class ExecutionContext(Ledger, Verdicts, CallAPI):
         arguments: Any = None,
         editable: bool | Callable[[Any], Any] = False,
     ) -> CallNode:
-        """:meth:`begin_call` for async code: an approval is awaited, never waited for in a thread."""
-        node = self._begin(kind, options or DEFAULT_OPTIONS, key, parent_id)
+        """:meth:`begin_call` for async code: an approval and an async parent budget's ``areserve``
+        are awaited, never waited for in a thread or blocking the loop; settle the node with
+        ``acommit``/``afail``/``arelease``."""
+        node = await self._abegin(kind, options or DEFAULT_OPTIONS, key, parent_id)
         if node is None:
             raise self.halted_error()
         if node._gates:
-            await self._aapprove(node, arguments, editable)
+            await self._agate(node, arguments, editable)
         return node
 
     def record_retry(self, exc: BaseException | None = None) -> bool:

@@ -90,7 +90,7 @@ class CallNode:
         self._ctx: ExecutionContext | None = None
         self._options: Any = None
         self._probe = False
-        self._held = False
+        self._held = 0  # the parent budget's hold (see _ledger: FREE, HELD, AWAITED, OWED)
         self._seen = False  # observers were told it started, so they are told it ended
         self._downgraded = False
         self._gates: tuple[Any, ...] = ()  # approval gates still to ask (tool calls)
@@ -130,7 +130,8 @@ class CallNode:
         usage: TokenUsage | Any = None,
         model: str | None = None,
     ) -> Decision:
-        """:meth:`commit` for async callers: async output checks are awaited, not run on a side loop."""
+        """:meth:`commit` for async callers: async output checks and an async parent budget's
+        ``asettle`` are awaited (never run on a side loop, never blocking the event loop)."""
         ctx = self._ctx
         if ctx is None:
             return Decision.ALLOW
@@ -145,6 +146,18 @@ class CallNode:
         ctx = self._ctx
         if ctx is not None and self.fallback_model is not None and not self._downgraded:
             ctx._downgraded(self, requested)
+
+    async def afail(self, exc: BaseException | None = None) -> None:
+        """Like :meth:`fail`, awaiting the parent budget."""
+        ctx = self._ctx
+        if ctx is not None:
+            await ctx._afail(self, exc)
+
+    async def arelease(self) -> None:
+        """Like :meth:`release`, awaiting the parent budget."""
+        ctx = self._ctx
+        if ctx is not None:
+            await ctx._arelease(self, "released")
 
     def fail(self, exc: BaseException | None = None) -> None:
         """The call raised: record it and draw one retry from the chain-wide budget."""

@@ -120,13 +120,43 @@ class BudgetBackend(Protocol):
 
     def settle(self, op: Op, res_id: str, actual: int) -> bool: ...
 
+    # Optional coroutine versions (awaited by the async path; without them the sync ones are used).
+    async def areserve(
+        self, op: Op, res_id: str, amount: int, limit: int, limit_steps: int
+    ) -> BucketState: ...
+
+    async def asettle(self, op: Op, res_id: str, actual: int) -> bool: ...
+
     def absorb(self, op: Op, target_win: int, token: str, usd: int, steps: int) -> bool: ...
 
     def reset(self, op: Op) -> None: ...
 
 
+class LeaseReply(NamedTuple):
+    """A lease sync's answer: the amount now held for the lease and the bucket after the sync."""
+
+    hold: int
+    state: BucketState
+
+
+class LeaseSync(NamedTuple):
+    """One sync of a lease (see :mod:`veronica_mw.pools._lease`): ``booked`` spend and ``steps``
+    to commit, ``inflight`` (owed to running calls), ``keep`` (to hold on to), ``ask`` (one more
+    reservation that must fit, -1: none), ``extra`` (slice wanted on top, at most half the room).
+    ``seq`` makes a retried sync an answer instead of a second application."""
+
+    lease_id: str
+    seq: int
+    booked: int
+    steps: int
+    inflight: int
+    keep: int
+    ask: int
+    extra: int
+
+
 class _Bucket:
-    __slots__ = ("win", "spent", "reserved", "steps", "holds", "expiry", "expires_ms")
+    __slots__ = ("win", "spent", "reserved", "steps", "holds", "expiry", "expires_ms", "seqs")
 
     def __init__(self) -> None:
         self.win = 0
@@ -136,6 +166,7 @@ class _Bucket:
         self.holds: dict[str, int | None] = {}  # id -> amount; None = reclaimed, awaiting a late settle
         self.expiry: dict[str, int] = {}  # id -> ms when it is reclaimed (or, if reclaimed, forgotten)
         self.expires_ms = 0  # ms after which the bucket may be forgotten
+        self.seqs: dict[str, int] = {}  # lease id -> last applied sync
 
 
 class LocalBudgetBackend:
@@ -176,6 +207,7 @@ class LocalBudgetBackend:
             amount = bucket.holds.get(res_id)
             if amount is None:
                 bucket.holds.pop(res_id, None)
+                bucket.seqs.pop(res_id, None)
                 del bucket.expiry[res_id]
             else:
                 bucket.reserved = max(0, bucket.reserved - amount)
@@ -210,6 +242,12 @@ class LocalBudgetBackend:
                 b.expiry[res_id] = op.now_ms + op.reservation_ttl_ms
             return self._view(b, ok)
 
+    async def areserve(self, op: Op, res_id: str, amount: int, limit: int, limit_steps: int) -> BucketState:
+        return self.reserve(op, res_id, amount, limit, limit_steps)
+
+    async def asettle(self, op: Op, res_id: str, actual: int) -> bool:
+        return self.settle(op, res_id, actual)
+
     def settle(self, op: Op, res_id: str, actual: int) -> bool:
         with self._lock:
             b = self._bucket(op)
@@ -221,6 +259,41 @@ class LocalBudgetBackend:
                 b.reserved = max(0, b.reserved - amount)
             b.spent = min(MAX_NANO, b.spent + actual)
             return True
+
+    def lease(self, op: Op, sync: LeaseSync, limit: int) -> LeaseReply:
+        """Sync one lease (the rules of the Redis ``LEASE`` script)."""
+        with self._lock:
+            b = self._bucket(op)
+            present = sync.lease_id in b.holds
+            amount = b.holds.get(sync.lease_id)
+            held = amount or 0
+            if sync.seq <= b.seqs.get(sync.lease_id, 0):
+                return LeaseReply(held, self._view(b, True))
+            b.reserved = max(0, b.reserved - held)
+            b.spent = min(MAX_NANO, b.spent + sync.booked)
+            b.steps += sync.steps
+            hold = sync.keep
+            if not present or amount is None:  # nothing held: only the in-flight calls are owed
+                fits = limit - b.spent - b.reserved - sync.inflight
+                hold = sync.inflight + max(0, min(sync.keep - sync.inflight, fits))
+            if sync.ask > 0 and b.spent + b.reserved + hold + sync.ask <= limit:
+                hold += sync.ask
+            if sync.extra > 0:
+                room = limit - b.spent - b.reserved - hold
+                if room >= 2:
+                    hold += min(sync.extra, room // 2)
+            b.seqs[sync.lease_id] = sync.seq
+            if hold > 0:
+                b.holds[sync.lease_id] = hold
+                b.expiry[sync.lease_id] = op.now_ms + op.reservation_ttl_ms
+            else:
+                b.holds.pop(sync.lease_id, None)
+                b.expiry.pop(sync.lease_id, None)
+            b.reserved += hold
+            return LeaseReply(hold, self._view(b, True))
+
+    async def alease(self, op: Op, sync: LeaseSync, limit: int) -> LeaseReply:
+        return self.lease(op, sync, limit)
 
     def absorb(self, op: Op, target_win: int, token: str, usd: int, steps: int) -> bool:
         with self._lock:

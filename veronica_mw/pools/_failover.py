@@ -20,13 +20,15 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ._backend import (
     BackendCorrupted,
     BackendUnavailable,
     BucketState,
     BudgetBackend,
+    LeaseReply,
+    LeaseSync,
     LocalBudgetBackend,
     Op,
 )
@@ -44,6 +46,22 @@ class Outcome(NamedTuple):
     local: LocalBudgetBackend | None = None
 
 
+class _SyncAsAsync:
+    """The coroutine methods of a backend that has only the sync ones."""
+
+    def __init__(self, backend: BudgetBackend) -> None:
+        self._backend = backend
+
+    async def areserve(self, op: Op, res_id: str, amount: int, limit: int, limit_steps: int) -> BucketState:
+        return self._backend.reserve(op, res_id, amount, limit, limit_steps)
+
+    async def asettle(self, op: Op, res_id: str, actual: int) -> bool:
+        return self._backend.settle(op, res_id, actual)
+
+    async def alease(self, op: Op, sync: LeaseSync, limit: int) -> LeaseReply:
+        return self._backend.lease(op, sync, limit)  # type: ignore[attr-defined, no-any-return]
+
+
 class Failover:
     """Wraps a pool's backend with outage detection, the fallback and the replay queue."""
 
@@ -51,6 +69,10 @@ class Failover:
         self, backend: BudgetBackend, mode: str, retry_s: float, name: str, clock_op: Callable[[], Op]
     ) -> None:
         self.backend = backend
+        # A backend without the coroutine methods (a user's own) is called synchronously.
+        self._abackend: Any = (
+            backend if callable(getattr(backend, "areserve", None)) else _SyncAsAsync(backend)
+        )
         self._clock_op = clock_op  # an Op for "now" (current window), for replays nobody asked for
         self._timer: threading.Timer | None = None
         self.mode = mode
@@ -202,8 +224,27 @@ class Failover:
         except BackendCorrupted as exc:
             return self._corrupt(op, exc)
         except BackendUnavailable:
-            if self.mode == "deny":
-                return Outcome(None, "down")
+            return self._fallback_reserve(op, res_id, amount, limit, limit_steps)
+
+    async def areserve(self, op: Op, res_id: str, amount: int, limit: int, limit_steps: int) -> Outcome:
+        """Like :meth:`reserve`, awaiting the backend (``redis.asyncio``) instead of blocking."""
+        if self.down:
+            return self._fallback_reserve(op, res_id, amount, limit, limit_steps)
+        try:
+            if self.pending:  # catching up after an outage: rare, so a thread is fine
+                await asyncio.to_thread(self.replay, op)
+            state = await self._abackend.areserve(op, res_id, amount, limit, limit_steps)
+        except BackendCorrupted as exc:
+            return self._corrupt(op, exc)
+        except BackendUnavailable as exc:
+            self._mark_down(exc)
+            return self._fallback_reserve(op, res_id, amount, limit, limit_steps)
+        self._mark_up()
+        return Outcome(self._remember(op.bucket, state), "backend")
+
+    def _fallback_reserve(self, op: Op, res_id: str, amount: int, limit: int, limit_steps: int) -> Outcome:
+        if self.mode == "deny":
+            return Outcome(None, "down")
         local = self._local(op)
         state = local.reserve(op, res_id, amount, limit, limit_steps)
         if state.ok:
@@ -226,10 +267,67 @@ class Failover:
                 self._settles[res_id] = (op, actual)
             self._schedule()
 
+    async def asettle(self, op: Op, res_id: str, actual: int, local: LocalBudgetBackend | None) -> None:
+        """Like :meth:`settle`, awaiting the backend; queued spend is pushed by the replay timer."""
+        if local is not None:
+            if local.settle(op, res_id, actual):
+                self._add_spend(op, actual, 0)  # schedules the push to the shared backend
+            return
+        if not self.down:
+            try:
+                if self.pending:
+                    await asyncio.to_thread(self.replay, op)
+                await self._abackend.asettle(op, res_id, actual)
+            except BackendCorrupted as exc:
+                self._corrupt(op, exc)
+                return
+            except BackendUnavailable as exc:
+                self._mark_down(exc)
+            else:
+                self._mark_up()
+                return
+        with self._lock:
+            self._settles[res_id] = (op, actual)
+        self._schedule()
+
     def charge(self, op: Op, usd: int) -> None:
         """Book spend that has no reservation (used only when a settle matches none)."""
         self._add_spend(op, usd, 0)
         self._try_replay(op)
+
+    def lease(self, op: Op, sync: LeaseSync, limit: int) -> LeaseReply | None:
+        """Sync a lease through the shared backend; None when it is down or its state corrupted
+        (the sync's outcome is then unknown: the lease re-sends it)."""
+        try:
+            reply = self._shared(op, lambda: self.backend.lease(op, sync, limit))  # type: ignore[attr-defined]
+        except BackendCorrupted as exc:
+            self._corrupt(op, exc)
+            return None
+        except BackendUnavailable:
+            return None
+        self._remember(op.bucket, reply.state)
+        return reply  # type: ignore[no-any-return]
+
+    async def alease(self, op: Op, sync: LeaseSync, limit: int) -> LeaseReply | None:
+        if self.down:
+            return None
+        try:
+            if self.pending:
+                await asyncio.to_thread(self.replay, op)
+            reply: LeaseReply = await self._abackend.alease(op, sync, limit)
+        except BackendCorrupted as exc:
+            self._corrupt(op, exc)
+            return None
+        except BackendUnavailable as exc:
+            self._mark_down(exc)
+            return None
+        self._mark_up()
+        self._remember(op.bucket, reply.state)
+        return reply
+
+    def charge_later(self, op: Op, usd: int) -> None:
+        """Like :meth:`charge`, but pushed by the replay timer (no I/O on the caller's thread)."""
+        self._add_spend(op, usd, 0)
 
     def _try_replay(self, op: Op) -> None:
         try:

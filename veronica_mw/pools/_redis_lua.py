@@ -39,7 +39,7 @@ for _, id in ipairs(due) do
   local f = 'r:' .. id
   local v = redis.call('HGET', key, f)
   if v == false or v == 'x' then
-    redis.call('HDEL', key, f)
+    redis.call('HDEL', key, f, 'q:' .. id)
     redis.call('ZREM', zkey, id)
   else
     -- reclaim a crashed worker's reservation; keep a marker so a late commit still counts once
@@ -134,6 +134,55 @@ if st[1] == tonumber(ARGV[5]) then
 end
 save()
 return {1}
+"""
+)
+
+# A lease: one reservation of this process whose amount changes (see pools/_lease.py).
+# ARGV[5] id, [6] seq, [7] booked (spend to commit), [8] steps to count, [9] in-flight amount,
+# [10] keep, [11] ask (-1: none), [12] extra (slice wanted), [13] limit.
+# Field q:<id> holds the last applied seq: a retried (reply lost) sync is answered, not re-applied.
+# Returns {1, hold, win, spent, reserved, steps}.
+LEASE = (
+    _PRELUDE
+    + """
+local id, seq = ARGV[5], tonumber(ARGV[6])
+local booked, nsteps, inflight = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local keep, ask, extra, limit = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+local f, q = 'r:' .. id, 'q:' .. id
+local v = redis.call('HGET', key, f)
+local held = 0
+if v ~= false and v ~= 'x' then held = num(v) or 0 end
+if seq <= (tonumber(redis.call('HGET', key, q) or '0') or 0) then
+  if dirty then save() end
+  return {1, held, st[1], st[2], st[3], st[4]}
+end
+st[3] = math.max(0, st[3] - held)
+st[2] = math.min(9007199254740991, st[2] + booked)
+st[4] = st[4] + nsteps
+local hold = keep
+if v == false or v == 'x' then
+  -- nothing held (first sync, or reclaimed while this process stalled): only the in-flight
+  -- calls are owed; the rest of keep only if it still fits
+  hold = inflight + math.max(0, math.min(keep - inflight, limit - st[2] - st[3] - inflight))
+end
+if ask > 0 and st[2] + st[3] + hold + ask <= limit then
+  hold = hold + ask
+end
+if extra > 0 then
+  local room = limit - st[2] - st[3] - hold
+  if room >= 2 then hold = hold + math.min(extra, math.floor(room / 2)) end
+end
+if hold > 0 then
+  redis.call('HSET', key, f, d(hold), q, d(seq))
+  redis.call('ZADD', zkey, now + rttl, id)
+else
+  redis.call('HDEL', key, f)
+  redis.call('HSET', key, q, d(seq))
+  redis.call('ZREM', zkey, id)
+end
+st[3] = st[3] + hold
+save()
+return {1, hold, st[1], st[2], st[3], st[4]}
 """
 )
 

@@ -11,20 +11,17 @@ limits still apply; the call must fit in both.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
 import re
-import secrets
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..kernel._validate import check_int, check_number
-from ..kernel.context import PendingContext, current_context
 from ._backend import (
     MAX_NANO,
     NANO,
@@ -36,6 +33,8 @@ from ._backend import (
     to_nano,
 )
 from ._failover import Failover
+from ._leases import Leases
+from ._tenant_ledger import TenantLedger
 
 __all__ = ["Admission", "BudgetPool", "LocalBudgetBackend", "PoolUsage", "TenantLedger"]
 
@@ -79,107 +78,6 @@ class PoolUsage:
 _UNPOOLED = Admission(allowed=True)
 
 
-class _Hold:
-    __slots__ = ("res_id", "amount", "local")
-
-    def __init__(self, res_id: str, amount: int, local: LocalBudgetBackend | None) -> None:
-        self.res_id, self.amount, self.local = res_id, amount, local
-
-
-class TenantLedger:
-    """The :class:`~veronica_mw.kernel.execution.BudgetParent` of one request (or run) of one tenant.
-
-    The kernel calls :meth:`reserve` before each call and :meth:`settle` after it, synchronously
-    and possibly from several threads at once. Settles are matched to reservations by amount: the
-    kernel settles exactly the amount it reserved, and equal amounts of one ledger are
-    interchangeable.
-    """
-
-    def __init__(self, pool: BudgetPool, key_hash: str) -> None:
-        self._pool = pool
-        self.key_hash = key_hash
-        self._lock = threading.Lock()
-        self._holds: dict[int, deque[_Hold]] = {}
-        self._retry_after: float | None = None
-        self._noted: set[str] = set()
-        self.refusal_status: int | None = None
-        self.refusal_detail = ""
-
-    def reserve(self, amount_usd: float) -> bool:
-        """Reserve ``amount_usd`` in the tenant's window; False refuses the call (nothing held)."""
-        try:
-            amount = to_nano(check_number("amount_usd", amount_usd))
-        except (TypeError, ValueError) as exc:
-            return self._refuse(503, f"invalid reservation: {exc}", None)
-        res_id = secrets.token_hex(12)
-        op, now, end = self._pool._op(self.key_hash)
-        outcome = self._pool._failover.reserve(op, res_id, amount, self._pool._limit, self._pool._steps)
-        state = outcome.state
-        if outcome.source == "local":
-            self._note(
-                "budget_backend_fallback", "budget backend unreachable; serving from this process's bucket"
-            )
-        if state is not None and state.ok:
-            with self._lock:
-                self._holds.setdefault(amount, deque()).append(_Hold(res_id, amount, outcome.local))
-            return True
-        if outcome.source == "down":
-            self._note("budget_backend_unavailable", "budget backend unreachable; on_backend_error='deny'")
-            return self._refuse(503, "budget backend unavailable", self._pool.backend_retry_s)
-        if state is None:
-            return self._refuse(503, "tenant budget state is corrupted", None)
-        # Only in-flight reservations stand in the way: retrying soon may succeed.
-        blocked_by_holds = not self._pool._exhausted(state) and state.spent + amount <= self._pool._limit
-        wait = min(1.0, end - now) if blocked_by_holds else end - now
-        return self._refuse(429, "tenant budget window exhausted", max(0.0, wait))
-
-    def settle(self, reserved_usd: float, actual_usd: float) -> None:
-        """Book ``actual_usd`` for a call that reserved ``reserved_usd`` and give the rest back."""
-        amount = to_nano(reserved_usd) if _finite(reserved_usd) else -1
-        actual = to_nano(actual_usd) if _finite(actual_usd) else max(amount, 0)
-        with self._lock:
-            queue = self._holds.get(amount)
-            hold = queue.popleft() if queue else None
-            if queue is not None and not queue:
-                del self._holds[amount]
-        op, _, _ = self._pool._op(self.key_hash)
-        if hold is None:
-            logger.error(
-                "veronica_mw: settle(%r) matches no reservation; charging the actual cost", reserved_usd
-            )
-            self._pool._failover.charge(op, actual)
-            return
-        self._pool._failover.settle(op, hold.res_id, actual, hold.local)
-
-    def retry_after_s(self) -> float | None:
-        """Seconds until a refused reservation could succeed (None: not transient)."""
-        return self._retry_after
-
-    def _refuse(self, status: int, detail: str, retry_after: float | None) -> bool:
-        self.refusal_status, self.refusal_detail, self._retry_after = status, detail, retry_after
-        return False
-
-    def _note(self, kind: str, detail: str) -> None:
-        # Make the fallback visible in the snapshot of the context that draws from this ledger.
-        if kind in self._noted:
-            return
-        ctx = current_context.get()
-        if isinstance(ctx, PendingContext):  # a lazily built request context: only if it exists
-            ctx = ctx.ctx
-        if ctx is not None and getattr(ctx, "_parent", None) is self:
-            self._noted.add(kind)
-            ctx.add_event(kind, detail, pool=self._pool.name)
-
-
-def _finite(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
-
-
 class BudgetPool:
     """Per-tenant spend limits per time window, shared through ``backend``.
 
@@ -211,6 +109,9 @@ class BudgetPool:
         reservation_ttl_s: float = 600.0,
         backend_retry_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        lease_usd: float | None = None,
+        lease_sync_s: float = 1.0,
+        lease_idle_s: float = 5.0,
     ) -> None:
         self.limit_usd = check_number("limit_usd", limit_usd)
         if self.limit_usd * NANO > MAX_NANO:
@@ -241,6 +142,34 @@ class BudgetPool:
         self._failover = Failover(
             backend, on_backend_error, self.backend_retry_s, name, lambda: self._op("")[0]
         )
+        self.lease_usd = None if lease_usd is None else check_number("lease_usd", lease_usd)
+        self._leases: Leases | None = None
+        if self.lease_usd:
+            if limit_steps is not None:
+                raise ValueError("lease_usd cannot be combined with limit_steps (steps are not leased)")
+            if not callable(getattr(backend, "lease", None)):
+                raise TypeError(f"backend {type(backend).__name__} has no lease(): lease_usd needs one")
+            sync_s, idle_s = (
+                check_number("lease_sync_s", lease_sync_s),
+                check_number("lease_idle_s", lease_idle_s),
+            )
+            if sync_s <= 0 or idle_s <= 0:
+                raise ValueError("lease_sync_s and lease_idle_s must be > 0")
+            self._leases = Leases(self, to_nano(self.lease_usd), sync_s, idle_s)
+
+    def flush(self) -> None:
+        """Book this process's leased spend and give back what its leases hold unused.
+
+        Run at shutdown by an ``atexit`` hook too; call it (or :meth:`aflush`) from a lifespan
+        handler to hand the budget back before the process stops taking requests.
+        """
+        if self._leases is not None:
+            self._leases.close()
+
+    async def aflush(self) -> None:
+        """:meth:`flush` in a thread, so the event loop keeps running meanwhile."""
+        if self._leases is not None:
+            await asyncio.to_thread(self._leases.close)
 
     # -- tenants, windows and operations ---------------------------------------------------------
 
@@ -292,6 +221,13 @@ class BudgetPool:
             return refusal or _UNPOOLED
         key_hash = self.hash_key(key)
         op, now, end = self._op(key_hash)
+        leases = self._leases
+        if leases is not None:
+            if self._lease_admits(key_hash, op):  # decided in memory: no round trip
+                return self._decide(key_hash, leases.get(key_hash).state, "backend", now, end)
+            _, reply = leases.sync(key_hash, -1)  # book, renew and top up in one round trip
+            if reply is not None:
+                return self._decide(key_hash, reply.state, "backend", now, end)
         outcome = self._failover.state(op)
         return self._decide(key_hash, outcome.state, outcome.source, now, end)
 
@@ -302,8 +238,22 @@ class BudgetPool:
             return refusal or _UNPOOLED
         key_hash = self.hash_key(key)
         op, now, end = self._op(key_hash)
+        leases = self._leases
+        if leases is not None:
+            if self._lease_admits(key_hash, op):
+                return self._decide(key_hash, leases.get(key_hash).state, "backend", now, end)
+            _, reply = await leases.async_sync(key_hash, -1)
+            if reply is not None:
+                return self._decide(key_hash, reply.state, "backend", now, end)
         outcome = await self._failover.astate(op)
         return self._decide(key_hash, outcome.state, outcome.source, now, end)
+
+    def _lease_admits(self, key_hash: str, op: Op) -> bool:
+        # A lease with room proves the window is not spent (its hold is part of the reservations,
+        # which never exceed the limit); the state it last saw must be of this window, though.
+        lease = self._leases.get(key_hash)  # type: ignore[union-attr]
+        state = lease.state
+        return state is not None and state.win == op.win and lease.has_room()
 
     def _decide(
         self, key_hash: str, state: BucketState | None, source: str, now: float, end: float

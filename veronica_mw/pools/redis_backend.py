@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..kernel.exceptions import MissingFrameworkError
-from ._backend import BackendCorrupted, BackendUnavailable, BucketState, Op
-from ._redis_lua import ABSORB, RESERVE, RESET, SETTLE, STATE
+from ._backend import BackendCorrupted, BackendUnavailable, BucketState, LeaseReply, LeaseSync, Op
+from ._redis_lua import ABSORB, LEASE, RESERVE, RESET, SETTLE, STATE
 
 if TYPE_CHECKING:
     import redis as redis_mod
@@ -250,8 +250,21 @@ class RedisBudgetBackend:
         args = self._args(op, res_id, amount, limit, limit_steps)
         return _state(self._run("reserve", RESERVE, self._keys(op), args))
 
+    async def areserve(self, op: Op, res_id: str, amount: int, limit: int, limit_steps: int) -> BucketState:
+        args = self._args(op, res_id, amount, limit, limit_steps)
+        return _state(await self._arun("reserve", RESERVE, self._keys(op), args))
+
     def settle(self, op: Op, res_id: str, actual: int) -> bool:
         return self._run("settle", SETTLE, self._keys(op), self._args(op, res_id, actual))[0] > 0
+
+    async def asettle(self, op: Op, res_id: str, actual: int) -> bool:
+        return (await self._arun("settle", SETTLE, self._keys(op), self._args(op, res_id, actual)))[0] > 0
+
+    def lease(self, op: Op, sync: LeaseSync, limit: int) -> LeaseReply:
+        return _lease(self._run("lease", LEASE, self._keys(op), self._args(op, *sync, limit)))
+
+    async def alease(self, op: Op, sync: LeaseSync, limit: int) -> LeaseReply:
+        return _lease(await self._arun("lease", LEASE, self._keys(op), self._args(op, *sync, limit)))
 
     def absorb(self, op: Op, target_win: int, token: str, usd: int, steps: int) -> bool:
         args = self._args(op, target_win, usd, steps)
@@ -273,3 +286,9 @@ def _check(reply: Any) -> list[int]:
 
 def _state(values: list[int]) -> BucketState:
     return BucketState(values[0] == 1, values[1], values[2], values[3], values[4])
+
+
+def _lease(values: list[int]) -> LeaseReply:
+    if len(values) != 6:
+        raise BackendCorrupted(f"unexpected lease reply {values!r}")
+    return LeaseReply(values[1], BucketState(True, values[2], values[3], values[4], values[5]))
