@@ -22,6 +22,7 @@ FRAMEWORKS = [
     "ag2",
     "crewai",
     "llama_index",
+    "agents",
     "fastapi",
     "starlette",
     "flask",
