@@ -93,7 +93,7 @@ class Call:
             return
         if self.kind == "llm" and self.usage is not None and self.baseline is not None:
             now = _counts(self.usage)
-            delta = [max(0, a - b) for a, b in zip(now, self.baseline)]
+            delta = [max(0, a - b) for a, b in zip(now, self.baseline, strict=True)]
             if any(delta):  # the model did answer; only what came after failed
                 node.commit(usage=TokenUsage(delta[1], delta[2], delta[3], delta[4]))
                 return

@@ -20,29 +20,18 @@ from __future__ import annotations
 
 try:
     from agents.version import __version__ as _sdk_version  # imports the whole SDK
-except ImportError as _exc:  # the SDK missing, or some other package named "agents"
+
+    # Older releases lack hooks and semantics this adapter relies on.
+    _release = tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in _sdk_version.split(".")[:2])
+    if _release < (0, 24):
+        raise ImportError(f"found openai-agents {_sdk_version}")
+except ImportError as _exc:  # the SDK missing or too old, or some other package named "agents"
     from .. import MissingFrameworkError
 
     _missing = isinstance(_exc, ModuleNotFoundError) and (_exc.name or "").partition(".")[0] == "agents"
     raise MissingFrameworkError(
         "openai-agents" if _missing else "openai-agents>=0.24", "openai-agents", _exc, module=__name__
     ) from None
-
-
-def _too_old(version: str) -> bool:
-    parts = []
-    for piece in version.split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts) < (0, 24)
-
-
-if _too_old(_sdk_version):  # older releases lack hooks and semantics this adapter relies on
-    from .. import MissingFrameworkError
-
-    raise MissingFrameworkError(
-        "openai-agents>=0.24", "openai-agents", ImportError(f"found openai-agents {_sdk_version}"), module=__name__
-    )
 
 from ._openai_agents_calls import AgentsExecutionHalted
 from ._openai_agents_hooks import VeronicaRunHooks

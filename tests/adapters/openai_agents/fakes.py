@@ -59,9 +59,11 @@ def message(text: str) -> ResponseOutputMessage:
 class ToolLoopModel(Model):
     """Answers every request by asking for ``tool`` again: the agent never ends by itself.
 
-    ``arguments``: the JSON arguments of each tool call. ``model`` names the model the way the SDK's own OpenAI models do (used for pricing).
-    ``finish_after``: answer with a final message from that call on. ``handoff_to``: the first
-    call asks for that handoff tool instead. ``fail_on``: that call raises.
+    ``arguments``: the JSON arguments of each tool call. ``model`` names the model the way the
+    SDK's own OpenAI models do (used for pricing). ``finish_after``: answer with a final message
+    from that call on. ``handoff_to``: the first call asks for that handoff tool instead.
+    ``parallel``: tool calls asked for at once. ``fail_on``: that call raises. ``gate``: each call
+    waits for it first.
     """
 
     def __init__(

@@ -219,3 +219,32 @@ def test_a_failed_model_call_is_settled_once_its_run_is_gone() -> None:
     gc.collect()
     snap = ctx.get_snapshot()
     assert (snap.step_count, snap.in_flight, counter.total) == (3, 0, 3)
+
+
+def test_cost_hints_stop_concurrent_model_calls_from_jointly_overshooting() -> None:
+    # Five runs start at once; every model call waits at the gate, so all are in flight together.
+    # Each reserves its $0.3 hint before it runs: three fit under $1, the fourth is refused.
+    counters = [Counter() for _ in range(5)]
+    ctx = ExecutionContext(limits(100, cost=1.0))
+    hooks = VeronicaRunHooks(ctx, cost_estimate_hint=0.3)
+
+    async def main() -> list[Any]:
+        gate = asyncio.Event()
+        runs = [
+            asyncio.ensure_future(
+                Runner.run(looping_agent(c, gate=gate, usage=(10, 10, 0)), "go", hooks=hooks)
+            )
+            for c in counters
+        ]
+        while not ctx.aborted:  # the refusal comes while the admitted three are blocked
+            await asyncio.sleep(0.001)
+        assert ctx.get_snapshot().in_flight == 3
+        gate.set()
+        return await asyncio.gather(*runs, return_exceptions=True)
+
+    outcomes = asyncio.run(main())
+    assert all(isinstance(o, AgentsExecutionHalted) and o.reason == "budget_exceeded" for o in outcomes)
+    assert sum(c.model_calls for c in counters) == 3
+    assert sum(c.tool_calls for c in counters) == 0  # the context halted: their tool calls are refused
+    snap = ctx.get_snapshot()
+    assert snap.in_flight == 0 and snap.cost_usd_accumulated < 0.01  # actual usage replaced the hints

@@ -6,15 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, RunContextWrapper, RunHooks, Runner, Tool
+from agents import Agent, RunConfig, RunContextWrapper, RunHooks, Tool
 from agents.run import AgentRunner
 
 import veronica_mw
-from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
+from veronica_mw import ExecutionContext, ExecutionHalted
 from veronica_mw.adapters import openai_agents
 from veronica_mw.adapters.openai_agents import AgentsExecutionHalted, ChainedRunHooks, VeronicaRunHooks
 
-from .fakes import Counter, ToolLoopModel, looping_agent, ping_tool
+from .fakes import Counter, ToolLoopModel, looping_agent
 from .test_hooks import MODES, drive, limits
 
 
@@ -54,7 +54,9 @@ class Recorder(RunHooks[Any]):
     async def on_tool_start(self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool) -> None:
         self.seen.append("tool")
 
-    async def on_tool_end(self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object) -> None:
+    async def on_tool_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object
+    ) -> None:
         self.seen.append("tool_end")
 
 
@@ -128,7 +130,11 @@ def test_agents_used_as_tools_count_in_the_same_context() -> None:
     assert (counter.model_calls, counter.tool_calls) == (3, 2)
     assert ctx.get_snapshot().step_count == 6
     names = [n.name for n in ctx.graph.nodes()]
-    assert names[:3] == ["openai_agents.llm:lead", "openai_agents.tool:research", "openai_agents.llm:researcher"]
+    assert names[:3] == [
+        "openai_agents.llm:lead",
+        "openai_agents.tool:research",
+        "openai_agents.llm:researcher",
+    ]
 
 
 @pytest.mark.usefixtures("instrumented")

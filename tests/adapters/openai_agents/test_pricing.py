@@ -42,7 +42,9 @@ def run(agent: Agent[Any], ctx: ExecutionContext, **kwargs: Any) -> None:
 
 def test_a_model_instance_is_priced_for_the_model_it_names() -> None:
     counter = Counter()
-    agent = Agent(name="a", model=ToolLoopModel(counter, model="gpt-4o", finish_after=3), tools=[ping_tool(counter)])
+    agent = Agent(
+        name="a", model=ToolLoopModel(counter, model="gpt-4o", finish_after=3), tools=[ping_tool(counter)]
+    )
     ctx = ExecutionContext(LIMITS)
     run(agent, ctx)
     cost = ctx.get_snapshot().cost_usd_accumulated
