@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, UserError
+from agents import Agent, Runner, UserError, function_tool
 from agents.exceptions import AgentsException
 
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
@@ -248,3 +248,23 @@ def test_cost_hints_stop_concurrent_model_calls_from_jointly_overshooting() -> N
     assert sum(c.tool_calls for c in counters) == 0  # the context halted: their tool calls are refused
     snap = ctx.get_snapshot()
     assert snap.in_flight == 0 and snap.cost_usd_accumulated < 0.01  # actual usage replaced the hints
+
+
+def test_a_halt_inside_a_tool_body_is_not_swallowed() -> None:
+    # The SDK turns an exception in a tool body into an error message for the model; a halt of
+    # a call made inside the tool still ends the run, at the next model call.
+    counter = Counter()
+    ctx = ExecutionContext(limits(2))
+    nested: list[str] = []
+
+    @function_tool
+    def ping() -> str:
+        """Check that the service answers."""
+        counter.tool_calls += 1
+        return ctx.call_llm(lambda: nested.append("ran") or "pong")  # the third step: refused
+
+    agent = Agent(name="looper", model=ToolLoopModel(counter), tools=[ping])
+    with pytest.raises(AgentsExecutionHalted) as info:
+        drive("run", agent, hooks=VeronicaRunHooks(ctx))
+    assert info.value.reason == "step_limit"
+    assert (counter.model_calls, counter.tool_calls, nested) == (1, 1, [])
