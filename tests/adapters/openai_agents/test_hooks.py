@@ -261,7 +261,11 @@ def test_a_halt_inside_a_tool_body_is_not_swallowed() -> None:
     def ping() -> str:
         """Check that the service answers."""
         counter.tool_calls += 1
-        return ctx.call_llm(lambda: nested.append("ran") or "pong")  # the third step: refused
+        def nested_call() -> str:
+            nested.append("ran")
+            return "pong"
+
+        return ctx.call_llm(nested_call)  # the third step: refused
 
     agent = Agent(name="looper", model=ToolLoopModel(counter), tools=[ping])
     with pytest.raises(AgentsExecutionHalted) as info:
