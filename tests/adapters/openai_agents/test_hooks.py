@@ -261,6 +261,7 @@ def test_a_halt_inside_a_tool_body_is_not_swallowed() -> None:
     def ping() -> str:
         """Check that the service answers."""
         counter.tool_calls += 1
+
         def nested_call() -> str:
             nested.append("ran")
             return "pong"
