@@ -7,8 +7,9 @@ for function tools (the run's wrapper for the other local tool families), in a w
 
 A call whose end hook never runs -- the model raised, its response failed validation, a sibling
 tool failed, the run was cancelled -- is settled when its run ends (under ``instrument()``, which
-sees how it ended) or else when its context object is garbage-collected. A model call that did
-return is committed with the usage the SDK added to the run's ``Usage`` meanwhile.
+sees how it ended) or else after its context object was garbage-collected (at the next hook call
+or run end). A model call that did return is committed with the usage the SDK added to the run's
+``Usage`` meanwhile.
 
 Imported only by :mod:`veronica_mw.adapters.openai_agents`, after its framework gate.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import deque
 from contextvars import ContextVar
 from typing import Any
 
@@ -94,8 +96,11 @@ class Call:
         if self.kind == "llm" and self.usage is not None and self.baseline is not None:
             now = _counts(self.usage)
             delta = [max(0, a - b) for a, b in zip(now, self.baseline, strict=True)]
-            if any(delta):  # the model did answer; only what came after failed
+            if any(delta[1:]):  # the model did answer; only what came after failed
                 node.commit(usage=TokenUsage(delta[1], delta[2], delta[3], delta[4]))
+                return
+            if delta[0]:  # answered without counting tokens: the hint stands as its cost
+                node.commit(cost_usd=node.reserved_usd)
                 return
         if isinstance(exc, ExecutionHalted):
             node.fail(exc)  # cut short by the halt: status "halted", reservation kept, no retry
@@ -107,9 +112,20 @@ class Call:
             node.commit(cost_usd=node.reserved_usd)
 
 
-def _settle_all(calls: list[Call]) -> None:
-    while calls:
-        calls.pop().settle(None, False)
+# Calls whose context object was garbage-collected with them still open. A finalizer may run
+# at any allocation -- also inside the kernel's lock on this very thread -- so it only queues them
+# here (a deque append is atomic), and they are settled at the next hook call or run end.
+_orphans: deque[list[Call]] = deque()
+
+
+def settle_orphans() -> None:
+    while _orphans:
+        try:
+            calls = _orphans.popleft()
+        except IndexError:  # another thread took the last one
+            return
+        while calls:
+            calls.pop().settle(None, False)
 
 
 class OpenCalls:
@@ -122,18 +138,26 @@ class OpenCalls:
         self._strong: dict[int, tuple[Any, list[Call]]] = {}  # owners that take no weak reference
         self._lock = threading.Lock()
 
+    def _calls(self, owner: Any) -> list[Call] | None:
+        try:
+            calls = self._weak.get(owner)
+        except TypeError:  # unhashable
+            calls = None
+        if calls is None:
+            entry = self._strong.get(id(owner))
+            calls = entry[1] if entry is not None and entry[0] is owner else None
+        return calls
+
     def add(self, owner: Any, call: Call) -> None:
         with self._lock:
-            calls = self._weak.get(owner) if owner is not None else None
-            if calls is None:
-                entry = self._strong.get(id(owner))
-                calls = entry[1] if entry is not None and entry[0] is owner else None
+            calls = self._calls(owner)
             if calls is None:
                 calls = []
                 try:
                     self._weak[owner] = calls
-                    weakref.finalize(owner, _settle_all, calls)
-                except TypeError:
+                    finalizer = weakref.finalize(owner, _orphans.append, calls)
+                    finalizer.atexit = False
+                except TypeError:  # takes no weak reference (or no hash): kept until its end hook
                     self._strong[id(owner)] = (owner, calls)
             calls.append(call)
         if call.scope is not None:
@@ -142,11 +166,7 @@ class OpenCalls:
     def pop(self, owner: Any, kind: str, tool: Any = None) -> Call | None:
         """The oldest open call of ``kind`` (and ``tool``) on ``owner``, removed; None if none."""
         with self._lock:
-            calls = self._weak.get(owner)
-            strong = False
-            if calls is None:
-                entry = self._strong.get(id(owner))
-                calls, strong = (entry[1], True) if entry is not None and entry[0] is owner else (None, False)
+            calls = self._calls(owner)
             if not calls:
                 return None
             for index, call in enumerate(calls):
@@ -155,7 +175,7 @@ class OpenCalls:
                     break
             else:
                 return None
-            if strong and not calls:
+            if not calls and self._strong.get(id(owner), (None,))[0] is owner:
                 del self._strong[id(owner)]
         if call.scope is not None:
             call.scope.untrack(call)
@@ -189,6 +209,7 @@ class RunScope:
             self.open.clear()
         for index, call in enumerate(left):
             call.settle(exc, index == 0)
+        settle_orphans()
 
 
 # The RunScope of the Runner call being made in this task (set by the instrumented Runner; the

@@ -11,7 +11,7 @@ from typing import Any
 from agents import Agent, ModelResponse, RunContextWrapper, RunHooks, Tool, TResponseInputItem
 
 from .. import CallNode, ContextBinding, ExecutionConfig, ExecutionContext, ExecutionHalted, WrapOptions
-from ._openai_agents_calls import Call, OpenCalls, agents_halt, current_run, token_usage
+from ._openai_agents_calls import Call, OpenCalls, agents_halt, current_run, settle_orphans, token_usage
 
 __all__ = ["VeronicaRunHooks", "model_and_provider"]
 
@@ -97,6 +97,7 @@ class VeronicaRunHooks(RunHooks[Any]):
         self.binding.reset_owned()
 
     def _begin(self, kind: str, options: WrapOptions, key: Any) -> CallNode | None:
+        settle_orphans()  # calls of runs that died with them open (cheap when there are none)
         ctx = self.binding.resolve()
         if ctx is None:
             return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, RunContextWrapper, RunHooks, Tool
+from agents import Agent, ModelBehaviorError, RunConfig, RunContextWrapper, RunHooks, Tool
 from agents.run import AgentRunner
 
 import veronica_mw
@@ -14,7 +14,7 @@ from veronica_mw import ExecutionContext, ExecutionHalted
 from veronica_mw.adapters import openai_agents
 from veronica_mw.adapters.openai_agents import AgentsExecutionHalted, ChainedRunHooks, VeronicaRunHooks
 
-from .fakes import Counter, ToolLoopModel, looping_agent
+from .fakes import Counter, ToolLoopModel, looping_agent, ping_tool
 from .test_hooks import MODES, drive, limits
 
 
@@ -187,3 +187,18 @@ def test_chained_hooks_forward_every_hook_the_sdk_defines() -> None:
     names = {n for n in dir(RunHooksBase) if n.startswith("on_")}
     assert names >= {"on_llm_start", "on_llm_end", "on_tool_start", "on_tool_end", "on_handoff"}
     assert all(n in vars(ChainedRunHooks) for n in names)
+
+
+@pytest.mark.usefixtures("instrumented")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_response_the_sdk_rejects_is_still_paid_for(mode: str) -> None:
+    # The model asks for a tool the agent does not have: the SDK raises ModelBehaviorError after
+    # the call returned. The call ran and was billed, so its usage is committed, not dropped.
+    counter = Counter()
+    agent = Agent(name="a", model=ToolLoopModel(counter, tool="no_such_tool"), tools=[ping_tool(counter)])
+    with ExecutionContext(limits(10)) as ctx:
+        with pytest.raises(ModelBehaviorError):
+            drive(mode, agent)
+    (node,) = ctx.graph.nodes()
+    assert (node.status, node.tokens_in, node.tokens_out) == ("ok", 1000, 500)
+    assert node.cost_usd > 0 and ctx.get_snapshot().in_flight == 0
