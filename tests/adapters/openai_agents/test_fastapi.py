@@ -23,7 +23,6 @@ from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
 from .fakes import Counter, looping_agent
 
-LIMITS = ExecutionConfig(max_cost_usd=5.0, max_steps=5, max_retries_total=2)
 PATHS = ["/agent", "/agent-hooks", "/agent-sync", "/agent-stream"]
 
 
@@ -89,13 +88,16 @@ def build(counters: list[Counter]) -> FastAPI:
     return app
 
 
-@pytest.fixture
-def served() -> Iterator[tuple[str, list[Counter]]]:
+@pytest.fixture(params=[4, 5], ids=["model-refused", "tool-refused"])
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[Counter], int]]:
+    """The app under the middleware with max_steps 4 (the 5th call, a model call, is refused)
+    or 5 (the 6th, a tool call, is refused)."""
     counters: list[Counter] = []
+    limits = ExecutionConfig(max_cost_usd=5.0, max_steps=request.param, max_retries_total=2)
     veronica_mw.instrument("openai-agents")
     try:
-        with Server(VeronicaASGIMiddleware(build(counters), config=LIMITS)) as server:
-            yield server.url, counters
+        with Server(VeronicaASGIMiddleware(build(counters), config=limits)) as server:
+            yield server.url, counters, request.param
     finally:
         veronica_mw.uninstrument()
 
@@ -108,17 +110,17 @@ def assert_step_limit_429(response: httpx.Response) -> None:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_runaway_agent_gets_429_after_exactly_max_steps(
-    served: tuple[str, list[Counter]], path: str
+    served: tuple[str, list[Counter], int], path: str
 ) -> None:
-    url, counters = served
+    url, counters, steps = served
     for _ in range(2):  # each request has its own context: both get the full budget
         assert_step_limit_429(httpx.post(url + path, timeout=60))
-    # model, tool, model, tool, model: the third tool call is refused.
-    assert [(c.model_calls, c.tool_calls) for c in counters] == [(3, 2)] * 2
+    # model, tool, model, tool (, model): then the next call is refused.
+    assert [(c.model_calls, c.tool_calls) for c in counters] == [((steps + 1) // 2, steps // 2)] * 2
 
 
-def test_concurrent_requests_do_not_share_counts(served: tuple[str, list[Counter]]) -> None:
-    url, counters = served
+def test_concurrent_requests_do_not_share_counts(served: tuple[str, list[Counter], int]) -> None:
+    url, counters, steps = served
     responses: list[httpx.Response] = []
 
     def post(path: str) -> None:
@@ -132,4 +134,4 @@ def test_concurrent_requests_do_not_share_counts(served: tuple[str, list[Counter
     assert len(responses) == 8
     for response in responses:
         assert_step_limit_429(response)
-    assert [(c.model_calls, c.tool_calls) for c in counters] == [(3, 2)] * 8
+    assert [(c.model_calls, c.tool_calls) for c in counters] == [((steps + 1) // 2, steps // 2)] * 8
