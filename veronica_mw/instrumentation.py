@@ -25,8 +25,7 @@ class Instrumentor(NamedTuple):
 # Adapters add their line here; the order is the order ``instrument()`` patches them in.
 INSTRUMENTORS: dict[str, Instrumentor] = {
     "pydantic-ai": Instrumentor("pydantic_ai", "pydantic_ai", "pydantic-ai"),
-    # "agents" alone is a common top-level name; probing a module of the SDK tells it apart.
-    "openai-agents": Instrumentor("openai_agents", "agents.run", "openai-agents"),
+    "openai-agents": Instrumentor("openai_agents", "agents", "openai-agents"),
 }
 
 _lock = threading.Lock()

@@ -4,6 +4,7 @@ carrying the pip line, and ``veronica_mw.instrument()`` leaves it out of its def
 Runs in every env: in the core env the SDK is really absent; where it is installed, a
 ``sys.meta_path`` finder hides it (a ModuleNotFoundError, as if it were not installed). An old
 release and an unrelated top-level ``agents`` package are real packages written to a temp dir.
+``import veronica_mw`` alone never imports the SDK.
 """
 
 from __future__ import annotations
@@ -86,13 +87,19 @@ def test_another_package_named_agents_is_not_the_sdk(tmp_path: Path) -> None:
     (tmp_path / "agents" / "__init__.py").write_text("")
     out = _run(_IMPORT, tmp_path)
     assert out.startswith("MISSING openai-agents ") and HINT in out
-    # ... and the default set of instrument() skips it rather than failing.
-    assert _run(_INSTRUMENT, tmp_path).startswith("MISSING ")
+    code = (
+        "import veronica_mw\n"
+        "try:\n"
+        "    veronica_mw.instrument('openai-agents')\n"
+        "except veronica_mw.MissingFrameworkError as exc:\n"
+        "    print('MISSING', exc)\n"
+    )
+    assert _run(code, tmp_path).startswith("MISSING ")
 
 
 def _installed() -> bool:
     try:
-        return importlib.util.find_spec("agents.run") is not None
+        return importlib.util.find_spec("agents.version") is not None
     except ModuleNotFoundError:  # no agents package at all
         return False
 
