@@ -48,6 +48,11 @@ def model_and_provider(model: Any) -> tuple[str | None, str | None]:
     return model, None
 
 
+def _answers(response: Any) -> bool:
+    """Whether a model response carries a message (text an output check can judge)."""
+    return any(getattr(item, "type", None) == "message" for item in getattr(response, "output", ()) or ())
+
+
 class VeronicaRunHooks(RunHooks[Any]):
     """Contain Agents SDK runs: pass as ``Runner.run(agent, input, hooks=VeronicaRunHooks())``
     (``run_sync`` and ``run_streamed`` alike).
@@ -140,11 +145,18 @@ class VeronicaRunHooks(RunHooks[Any]):
         call = self._open.pop(context, "llm")
         if call is None:
             return
+        node = call.node
         usage = token_usage(getattr(response, "usage", None))
-        if usage is None:  # nothing reported: keep the hint rather than price zero tokens
-            call.node.commit(response, cost_usd=call.node.reserved_usd)
-        else:
-            call.node.commit(response, usage=usage)
+        cost = node.reserved_usd if usage is None else None  # nothing reported: the hint stands
+        try:
+            if _answers(response):
+                # The result goes to the context's output checks, if it has any (and becomes
+                # the partial result of a halt).
+                node.commit(response, usage=usage, cost_usd=cost)
+            else:  # only tool calls or handoffs: no answer to check
+                node.commit(usage=usage, cost_usd=cost)
+        except ExecutionHalted as halted:  # a check halted the run (verification_failed)
+            raise agents_halt(halted) from halted.__cause__
 
     # -- tool calls ---------------------------------------------------------------------------
 
