@@ -6,6 +6,7 @@ framework import) so that module holds only the public surface and ``instrument(
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agents import Agent, ModelResponse, RunContextWrapper, RunHooks, Tool, TResponseInputItem
@@ -46,6 +47,17 @@ def model_and_provider(model: Any) -> tuple[str | None, str | None]:
     if slash and provider and name:
         return name, provider
     return model, None
+
+
+def _arguments(context: Any) -> Any:
+    """A function tool call's arguments as an approver sees them (a dict when they are JSON)."""
+    raw = getattr(context, "tool_arguments", None)
+    if not isinstance(raw, str):
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
 
 
 def _answers(response: Any) -> bool:
@@ -101,7 +113,9 @@ class VeronicaRunHooks(RunHooks[Any]):
         """Start a fresh owned context (from ``config``) for the next run."""
         self.binding.reset_owned()
 
-    def _begin(self, kind: str, options: WrapOptions, key: Any) -> CallNode | None:
+    async def _begin(
+        self, kind: str, options: WrapOptions, key: Any, arguments: Any = None
+    ) -> CallNode | None:
         settle_orphans()  # calls of runs that died with them open (cheap when there are none)
         ctx = self.binding.resolve()
         if ctx is None:
@@ -109,7 +123,9 @@ class VeronicaRunHooks(RunHooks[Any]):
         try:
             # ``key``: another VeronicaRunHooks on the same run (user hooks that wrap ours, plus
             # the instrumented Runner's) gets this same node instead of counting the call twice.
-            return ctx.begin_call(kind, options, key=key)
+            # The async form: a tool call an approval policy gates waits for its approver
+            # without blocking the event loop.
+            return await ctx.abegin_call(kind, options, key=key, arguments=arguments)
         except ExecutionHalted as halted:
             raise agents_halt(halted) from None
 
@@ -135,7 +151,7 @@ class VeronicaRunHooks(RunHooks[Any]):
             model=model,
             provider=provider,
         )
-        node = self._begin("llm", options, ("openai_agents.llm", id(context)))
+        node = await self._begin("llm", options, ("openai_agents.llm", id(context)))
         if node is not None:
             self._open.add(context, Call("llm", node, None, getattr(context, "usage", None), scope))
 
@@ -166,7 +182,8 @@ class VeronicaRunHooks(RunHooks[Any]):
         # share the run's wrapper, so only the former can be told apart by key.
         call_id = getattr(context, "tool_call_id", None)
         key = ("openai_agents.tool", id(context), call_id) if isinstance(call_id, str) else None
-        node = self._begin("tool", WrapOptions(operation_name=f"openai_agents.tool:{name}"), key)
+        options = WrapOptions(operation_name=f"openai_agents.tool:{name}")
+        node = await self._begin("tool", options, key, _arguments(context))
         if node is not None:
             self._open.add(context, Call("tool", node, tool, None, current_run.get()))
 
