@@ -22,6 +22,7 @@ from .kernel.retry import RetryContainer
 from .kernel.snapshot import ExecutionEvent, ExecutionSnapshot
 from .kernel.step_guard import AgentStepGuard
 from .kernel.timeout_pool import SharedTimeoutPool
+from .observe.audit import AuditLog
 from .pools.budget_pool import BudgetPool, LocalBudgetBackend
 from .pools.distributed_breaker import DistributedCircuitBreaker
 from .pools.redis_backend import RedisBudgetBackend
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AgentStepGuard",
     "AsyncBudgetParent",
+    "AuditLog",
     "BudgetEnforcer",
     "BudgetParent",
     "BudgetPool",

@@ -1,4 +1,4 @@
-"""The ``veronica-mw`` console script: one subcommand module each (``demo``).
+"""The ``veronica-mw`` console script: one subcommand module each (``demo``, ``audit``, ``replay``).
 
 Exit status: 0 on success, 2 for bad arguments (argparse); each subcommand documents its own.
 """
@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from . import demo
+from . import audit, demo, replay
 
-_SUBCOMMANDS = (demo,)
+_SUBCOMMANDS = (demo, audit, replay)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._io import call_request, response_text
 from ._verdicts import ToolCall
 from .config import DEFAULT_OPTIONS, WrapOptions
 from .context import current_node
@@ -88,6 +89,8 @@ class CallAPI:
 
     # A halt found while settling (a failed output check) is a HALT decision here, like any other;
     # OutputRejected propagates, so the caller's retry loop asks again.
+    # ``node.io`` is None unless an observer keeps call bodies (the audit log's record_bodies):
+    # then the LLM forms record what they were given and the response text.
 
     def _wrap(self, kind: str, fn: Callable[[], Any], options: WrapOptions | None) -> Decision:
         node = self._begin(kind, options or DEFAULT_OPTIONS, None, None, True)
@@ -96,7 +99,10 @@ class CallAPI:
         try:
             if node._gates:
                 self._approve(node, None, False)
-            return node.commit(self._run(node, fn, (), {}))
+            result = self._run(node, fn, (), {})
+            if node.io is not None:
+                node.record_io(response_text=response_text(result))
+            return node.commit(result)
         except ExecutionHalted:
             return Decision.HALT
 
@@ -110,7 +116,10 @@ class CallAPI:
         try:
             if node._gates:
                 await self._agate(node, None, False)
-            return await node.acommit(await self._arun(node, fn, (), {}))
+            result = await self._arun(node, fn, (), {})
+            if node.io is not None:
+                node.record_io(response_text=response_text(result))
+            return await node.acommit(result)
         except ExecutionHalted:
             return Decision.HALT
 
@@ -125,7 +134,11 @@ class CallAPI:
             self._approve(node, call.arguments, call.editable)
             if node.edited_arguments is not None:
                 args, kwargs = call.rebuild(node.edited_arguments)
+        if node.io is not None:
+            node.io["request"] = call_request(args, kwargs, node.model)  # already a clean copy
         result = self._run(node, fn, args, kwargs)
+        if node.io is not None:
+            node.record_io(response_text=response_text(result))
         node.commit(result)
         return result
 
@@ -143,7 +156,11 @@ class CallAPI:
             await self._agate(node, call.arguments, call.editable)
             if node.edited_arguments is not None:
                 args, kwargs = call.rebuild(node.edited_arguments)
+        if node.io is not None:
+            node.io["request"] = call_request(args, kwargs, node.model)  # already a clean copy
         result = await self._arun(node, fn, args, kwargs)
+        if node.io is not None:
+            node.record_io(response_text=response_text(result))
         await node.acommit(result)
         return result
 

@@ -201,6 +201,8 @@ class Ledger:
         if _obs._global or self._observers:
             node._seen = True
             node.inline = inline
+            if kind == "llm" and _obs.wants_bodies(self._observers):
+                node.io = {}
             _obs.notify(self._observers, "call_started", self, node)
 
     def _refused_by_parent(self, node: CallNode, parent: BudgetParent) -> None:

@@ -16,9 +16,9 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from contextvars import Token
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any
 
 from . import observer as _obs
@@ -44,6 +44,7 @@ logger = logging.getLogger("veronica_mw")
 # on some kernels; this is unique per context and, with the prefix, across processes.
 _chain_prefix = secrets.token_hex(6)
 _chain_counter = itertools.count(1)
+_NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
 
 
 def _new_chain_prefix() -> None:
@@ -62,6 +63,10 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
     Usable as ``with``/``async with`` (sets the current context and arms the timeout) or handed
     around un-entered. Thread- and task-safe; one lock guards the counters. ``checks``: output
     checks every model call's result must pass before it is used (see ``veronica_mw.control``).
+
+    ``observers`` are told about this context's life (see :mod:`veronica_mw.kernel.observer`);
+    ``audit`` is one more of them (a :class:`veronica_mw.AuditLog`). ``attributes`` describe the
+    context to observers (the middlewares put the request's ``method`` and ``path`` there).
     """
 
     __slots__ = (
@@ -96,6 +101,7 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
         "_started",
         "_deadline",
         "_observers",
+        "attributes",
         "_ended",
         "_verifier",
         "__weakref__",
@@ -114,6 +120,8 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
         timeout_pool: SharedTimeoutPool | None = None,
         observers: Iterable[_obs.Observer] = (),
         checks: Iterable[Any] | OutputVerifier | None = None,
+        audit: _obs.Observer | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> None:
         if not isinstance(config, ExecutionConfig):
             raise TypeError(f"config must be an ExecutionConfig, got {type(config).__name__}")
@@ -125,6 +133,18 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
         for observer in self._observers:
             if not isinstance(observer, _obs.Observer):
                 raise TypeError(f"observers must be veronica_mw.Observer instances, got {observer!r}")
+        if audit is not None:
+            # The audit log is an observer like any other: the kernel knows nothing of files.
+            if not isinstance(audit, _obs.Observer):
+                raise TypeError(f"audit must be a veronica_mw.AuditLog (an Observer), got {audit!r}")
+            if audit not in self._observers:
+                self._observers = (*self._observers, audit)
+        if attributes is None:
+            self.attributes: Mapping[str, str] = _NO_ATTRIBUTES
+        elif isinstance(attributes, Mapping):
+            self.attributes = MappingProxyType(dict(attributes))
+        else:
+            raise TypeError(f"attributes must be a mapping, got {type(attributes).__name__}")
         self._ended = False
         self._verifier = build_verifier(checks) if checks else None
         self.config = config

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._io import jsonable
 from .config import DEFAULT_OPTIONS, WrapOptions
 from .reasons import Decision
 
@@ -55,6 +57,7 @@ class CallNode:
         "fallback_model",
         "edited_arguments",
         "checks",
+        "io",
         "_ctx",
         "_options",
         "_probe",
@@ -87,6 +90,8 @@ class CallNode:
         self.edited_arguments: Any = None
         # What the output checks said about a model call (``CheckResult`` objects).
         self.checks: tuple[Any, ...] = ()
+        # Request/response bodies, a dict only when an observer asked for them (see record_io).
+        self.io: dict[str, Any] | None = None
         self._ctx: ExecutionContext | None = None
         self._options: Any = None
         self._probe = False
@@ -170,6 +175,28 @@ class CallNode:
         ctx = self._ctx
         if ctx is not None:
             ctx._release(self, "released")
+
+    @property
+    def wants_io(self) -> bool:
+        """Whether an observer keeps call bodies: adapters may skip building them when not."""
+        return self.io is not None
+
+    def record_io(
+        self, *, request: Mapping[str, Any] | None = None, response_text: str | None = None
+    ) -> None:
+        """Attach what was sent (``messages``, ``model``, ``parameters``) and the response text.
+
+        Kept only when an observer asked for bodies (the audit log's ``record_bodies=True``);
+        otherwise a no-op. The request is copied now, JSON-ready, with API keys and auth headers
+        removed at every level. A later call replaces what an earlier one gave.
+        """
+        io = self.io
+        if io is None:
+            return
+        if request is not None:
+            io["request"] = jsonable(request)
+        if response_text is not None:
+            io["response_text"] = response_text if isinstance(response_text, str) else str(response_text)
 
     def __repr__(self) -> str:
         return f"<CallNode {self.node_id} {self.kind}:{self.name} {self.status} ${self.cost_usd:.6f}>"

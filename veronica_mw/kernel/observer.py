@@ -27,6 +27,10 @@ logger = logging.getLogger("veronica_mw")
 class Observer:
     """Base class with a no-op method per kernel event; override the ones you need."""
 
+    record_bodies: bool = False
+    """True for an observer that keeps call bodies: the calls of the contexts it observes then
+    collect their request and response text (``CallNode.io``, filled via ``record_io``)."""
+
     def context_started(self, ctx: ExecutionContext) -> None:
         """The context was armed (its clock started): first ``with``, or a request's first call."""
 
@@ -74,6 +78,14 @@ def remove_observer(observer: Observer) -> None:
 
 def global_observers() -> tuple[Observer, ...]:
     return _global
+
+
+def wants_bodies(observers: tuple[Observer, ...]) -> bool:
+    """Whether any of ``observers`` or the global observers keeps call bodies."""
+    for observer in _global + observers if observers else _global:
+        if observer.record_bodies:
+            return True
+    return False
 
 
 def notify(observers: tuple[Observer, ...], method: str, *args: Any) -> None:

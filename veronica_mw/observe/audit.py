@@ -1,0 +1,335 @@
+"""AuditLog: a tamper-evident JSON Lines record of every context, call, event and halt.
+
+``AuditLog`` is a kernel observer: give it to one context (``ExecutionContext(..., audit=log)``), to
+a middleware (``VeronicaASGIMiddleware(app, config=..., audit=log)``: every request's context), or to
+every context (``add_observer(log)``). The request thread only captures the event's values and
+queues them (see :mod:`._audit_writer`); formatting, hashing and I/O happen on the writer thread.
+The line format and the hash chain are described in :mod:`._audit_chain`, the files in
+:mod:`._audit_files`.
+
+Records, in order, one per line (all with ``seq``, ``prev``, ``t`` -- Unix time -- and ``digest``):
+``log`` (opens each file), ``context_started`` (chain id, parent chain, name, limits, config digest,
+``attributes`` such as the request's method and path), ``call_admitted`` and ``call`` (the settled
+call: kind, name, model, tokens, cost, status, duration; with ``record_bodies`` also the request
+and the response text), ``event`` (soft limit, unpriced call, check, approval...), ``halt`` (reason,
+detail, usage then), ``context_ended`` (final usage), ``dropped`` (records that could not be
+written, with why) and ``head``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..kernel._io import jsonable
+from ..kernel.config import ExecutionConfig
+from ..kernel.context import PendingContext, current_context
+from ..kernel.execution import ExecutionContext
+from ..kernel.graph import CallNode
+from ..kernel.observer import Observer
+from ..kernel.snapshot import ExecutionEvent
+from ._audit_chain import Digester, canonical, plain_digest
+from ._audit_files import ChainFiles
+from ._audit_writer import Writer
+
+__all__ = ["AuditLog"]
+
+_MIN_BYTES = 4096
+
+
+class AuditLog(Observer):
+    """Write an integrity-chained audit log of every context that has it as an observer.
+
+    ``path``: where the log goes; each process writes ``<stem>.<host>.<pid>.jsonl`` beside it (the
+    directory must exist; if it cannot be written the error is logged and requests carry on).
+    ``key``: HMAC-SHA256 key for the digests (else plain SHA-256). ``record_bodies``: also keep each
+    LLM call's request (messages, model, parameters; never keys or auth headers) and response text.
+    ``max_bytes``: rotate to a new file beyond this size. ``head_every``: a head record every that
+    many records (and on close, on rotation, after ``head_interval_s`` of quiet). ``queue_size``:
+    records waiting for the writer beyond which new ones are dropped (and counted).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        key: bytes | None = None,
+        record_bodies: bool = False,
+        max_bytes: int = 64 * 2**20,
+        head_every: int = 1000,
+        queue_size: int = 10_000,
+        head_interval_s: float = 5.0,
+    ) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        for name, value, low in (
+            ("max_bytes", max_bytes, _MIN_BYTES),
+            ("head_every", head_every, 1),
+            ("queue_size", queue_size, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if not isinstance(head_interval_s, (int, float)) or not head_interval_s > 0:
+            raise ValueError(f"head_interval_s must be > 0, got {head_interval_s!r}")
+        self.path = Path(os.fspath(path))
+        self.record_bodies = bool(record_bodies)
+        self._digester = Digester(key)
+        self._chain_options = {"max_bytes": max_bytes, "head_every": head_every, "bodies": self.record_bodies}
+        self._configs: dict[ExecutionConfig, tuple[dict[str, Any], str]] = {}
+        self._writer = Writer(
+            self._open_chain, _format, queue_size=queue_size, head_interval_s=float(head_interval_s)
+        )
+        _live.add(self)
+
+    def __repr__(self) -> str:
+        return f"<AuditLog {str(self.path)!r} {self._digester.alg}{' bodies' if self.record_bodies else ''}>"
+
+    # -- observer: capture on the calling thread, format on the writer's -------------------------
+
+    def context_started(self, ctx: ExecutionContext) -> None:
+        attributes = ctx.attributes
+        self._writer.submit(
+            (
+                _context_started,
+                time.time(),
+                ctx.chain_id,
+                _parent_chain(ctx),
+                getattr(ctx, "name", None),
+                self._config(ctx.config),
+                dict(attributes) if attributes else None,
+            )
+        )
+
+    def call_started(self, ctx: ExecutionContext, node: CallNode) -> None:
+        self._writer.submit(
+            (
+                _call_admitted,
+                time.time(),
+                ctx.chain_id,
+                node.node_id,
+                node.parent_id,
+                node.kind,
+                node.name,
+                node.model,
+                node.reserved_usd,
+            )
+        )
+
+    def call_ended(self, ctx: ExecutionContext, node: CallNode, error: BaseException | None) -> None:
+        self._writer.submit(
+            (
+                _call,
+                time.time(),
+                ctx.chain_id,
+                node.node_id,
+                node.parent_id,
+                node.kind,
+                node.name,
+                node.model,
+                node.tokens_in,
+                node.tokens_out,
+                node.cost_usd,
+                node.status,
+                node.duration_ms,
+                type(error).__name__ if error is not None else None,
+                node.io,
+            )
+        )
+
+    def event(self, ctx: ExecutionContext, event: ExecutionEvent) -> None:
+        self._writer.submit((_event, time.time(), ctx.chain_id, event.kind, event.detail, event.data))
+
+    def halted(self, ctx: ExecutionContext, reason: str, detail: str) -> None:
+        self._writer.submit((_halt, time.time(), ctx.chain_id, reason, detail, _usage(ctx)))
+
+    def context_ended(self, ctx: ExecutionContext) -> None:
+        self._writer.submit((_context_ended, time.time(), ctx.chain_id, _usage(ctx), ctx.abort_reason))
+
+    # -- control and state -----------------------------------------------------------------------
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every record queued so far has been written; False if that took too long."""
+        return self._writer.flush(timeout)
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Write what is queued and a final head record, then stop (idempotent). Called at exit."""
+        return self._writer.close(timeout)
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def files(self) -> list[str]:
+        """The files this process has written, oldest first."""
+        return list(self._writer.files)
+
+    @property
+    def head(self) -> str | None:
+        """The digest of the last record written (pass it to ``audit verify --expect-head``)."""
+        chain = self._writer.chain
+        return chain.prev if chain is not None and chain.seq else None
+
+    @property
+    def dropped(self) -> int:
+        """Records that never made it into the log (queue full, write errors, after close)."""
+        return self._writer.dropped_total
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for metrics: written, dropped (by reason), pending, files."""
+        writer = self._writer
+        return {
+            "written": writer.written,
+            "dropped": writer.dropped_total,
+            "dropped_by_reason": dict(writer.dropped),
+            "pending": writer.pending,
+            "files": self.files,
+        }
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _open_chain(self, after_error: str | None) -> ChainFiles:
+        return ChainFiles(self.path, self._digester, after_error=after_error, **self._chain_options)  # type: ignore[arg-type]
+
+    def _config(self, config: ExecutionConfig) -> tuple[dict[str, Any], str]:
+        cached = self._configs.get(config)
+        if cached is None:
+            limits = config.as_dict()
+            cached = (limits, plain_digest(canonical(jsonable(limits))))
+            if len(self._configs) > 1024:  # per-tenant configs: keep the cache bounded
+                self._configs.clear()
+            self._configs[config] = cached
+        return cached
+
+    def _after_fork(self) -> None:
+        self._writer._reset()
+
+
+def _parent_chain(ctx: ExecutionContext) -> str | None:
+    """The chain id of the context this one was started in (the current one, if another)."""
+    parent = getattr(ctx, "parent", None)
+    if isinstance(parent, ExecutionContext):
+        return parent.chain_id
+    current = current_context.get()
+    if isinstance(current, PendingContext):
+        current = current.ctx
+    if isinstance(current, ExecutionContext) and current is not ctx:
+        return current.chain_id
+    return None
+
+
+def _usage(ctx: ExecutionContext) -> dict[str, Any]:
+    s = ctx.get_snapshot()
+    return {
+        "steps": s.step_count,
+        "cost_usd": s.cost_usd_accumulated,
+        "reserved_usd": s.cost_usd_reserved,
+        "retries": s.retries_used,
+        "in_flight": s.in_flight,
+        "elapsed_ms": round(s.elapsed_ms, 3),
+    }
+
+
+# -- formatting (writer thread) -----------------------------------------------------------------
+
+
+def _context_started(
+    t: float, chain: str, parent: str | None, name: Any, config: Any, attrs: Any
+) -> dict[str, Any]:
+    limits, digest = config
+    record = {"type": "context_started", "chain": chain, "parent_chain": parent, "limits": limits}
+    record["config_digest"] = digest
+    if name is not None:
+        record["name"] = str(name)
+    if attrs:
+        record["attributes"] = jsonable(attrs)
+    return record
+
+
+def _call_admitted(
+    t: float, chain: str, call: int, parent: int | None, kind: str, name: str, model: Any, reserved: float
+) -> dict[str, Any]:
+    return {
+        "type": "call_admitted",
+        "chain": chain,
+        "call": call,
+        "parent_call": parent,
+        "kind": kind,
+        "name": name,
+        "model": model,
+        "reserved_usd": reserved,
+    }
+
+
+def _call(
+    t: float, chain: str, call: int, parent: int | None, kind: str, name: str, model: Any,
+    tokens_in: int, tokens_out: int, cost: float, status: str, duration_ms: float, error: Any, io: Any,
+) -> dict[str, Any]:  # fmt: skip
+    record = {
+        "type": "call",
+        "chain": chain,
+        "call": call,
+        "parent_call": parent,
+        "kind": kind,
+        "name": name,
+        "model": model,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "cost_usd": cost,
+        "status": status,
+        "duration_ms": round(duration_ms, 3),
+    }
+    if error is not None:
+        record["error"] = error
+    if io:  # present when bodies are kept and the adapter (or call_llm) recorded them
+        request = io.get("request")
+        record["request"] = request
+        record["response_text"] = io.get("response_text")
+        if model is None and isinstance(request, dict) and isinstance(request.get("model"), str):
+            record["model"] = request["model"]  # the model asked for, when nothing reported one
+    return record
+
+
+def _event(t: float, chain: str, kind: str, detail: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    return {"type": "event", "chain": chain, "kind": kind, "detail": detail, "data": jsonable(data)}
+
+
+def _halt(t: float, chain: str, reason: str, detail: str, usage: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "halt", "chain": chain, "reason": reason, "detail": detail, "usage": usage}
+
+
+def _context_ended(t: float, chain: str, usage: dict[str, Any], reason: str | None) -> dict[str, Any]:
+    return {"type": "context_ended", "chain": chain, "usage": usage, "halted": reason}
+
+
+def _format(item: tuple[Any, ...]) -> dict[str, Any]:
+    record: dict[str, Any] = item[0](*item[1:])
+    record["t"] = round(item[1], 6)
+    return record
+
+
+# Close every log at interpreter exit (writes the final head), and give a forked child its own
+# chain and files instead of the parent's queue.
+_live: weakref.WeakSet[AuditLog] = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    for log in list(_live):
+        log.close(timeout=5.0)
+
+
+def _forked() -> None:
+    for log in list(_live):
+        log._after_fork()
+
+
+atexit.register(_close_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
