@@ -10,8 +10,9 @@ Two ways in (use one; if both are present the outer one owns the request and the
 ``settings.VERONICA`` keys: ``max_cost_usd``, ``max_steps``, ``max_retries_total`` (required unless
 ``config`` is given), ``timeout_ms``; or ``config`` (a callable of ``request.META``, or its dotted
 path); ``default_config`` (an ``ExecutionConfig`` or a dict of limits), ``exclude_paths``,
-``budget_pool`` and ``circuit_breaker`` (objects or dotted paths), ``usage_headers``; ``checks`` and
-``policies`` (lists of objects or dotted paths: output checks, runtime policies).
+``budget_pool``, ``circuit_breaker`` and ``audit`` (a :class:`veronica_mw.AuditLog`) -- objects or
+dotted paths -- and ``usage_headers``; ``checks`` and ``policies`` (lists of objects or dotted paths:
+output checks, runtime policies).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..kernel.circuit_breaker import CircuitBreaker
 from ..kernel.config import ExecutionConfig
 from ..kernel.context import current_context
 from ..kernel.execution import ExecutionContext
+from ..kernel.observer import Observer
 from ..web._wsgi_scope import END, Headers, RequestScope, halt_refusal, next_in_context, wsgi_headers
 from ..web.problem import (
     ConfigResolver,
@@ -51,7 +53,7 @@ __all__ = ["VeronicaMiddleware", "middleware_options", "wrap_wsgi_application"]
 _LIMITS = ("max_cost_usd", "max_steps", "max_retries_total", "timeout_ms")
 _OPTIONS = (
     "config", "default_config", "exclude_paths", "budget_pool", "usage_headers", "circuit_breaker", "checks",
-    "policies",
+    "policies", "audit",
 )  # fmt: skip
 
 
@@ -104,6 +106,10 @@ def middleware_options() -> dict[str, Any]:
     if breaker is not None and not isinstance(breaker, CircuitBreaker):
         raise ImproperlyConfigured("settings.VERONICA['circuit_breaker'] must be a CircuitBreaker")
     options["circuit_breaker"] = breaker
+    audit = _loaded(raw.get("audit"))
+    if audit is not None and not isinstance(audit, Observer):
+        raise ImproperlyConfigured("settings.VERONICA['audit'] must be a veronica_mw.AuditLog")
+    options["audit"] = audit
     options["usage_headers"] = bool(raw.get("usage_headers", False))
     for key in ("checks", "policies"):
         value = raw.get(key, ())
@@ -181,7 +187,8 @@ class VeronicaMiddleware:
         self._pool = pool
         self._usage = options["usage_headers"]
         self._breaker = options["circuit_breaker"]
-        self._options = context_options(options["checks"], options["policies"])
+        self._options = context_options(options["checks"], options["policies"], options["audit"])
+        self._audit: tuple[Observer, ...] = (options["audit"],) if options["audit"] is not None else ()
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         meta = request.META
@@ -199,11 +206,12 @@ class VeronicaMiddleware:
             except Exception as exc:
                 adm = pool_failure(exc, path)
             if not adm.allowed:
-                status, raw, body = refusal_response(adm, config)
+                status, raw, body = refusal_response(adm, config, self._audit)
                 return _problem(status, wsgi_headers(raw), body)
             extra = [(str(name), str(value)) for name, value in adm.headers]
             ledger = adm.ledger
-        scope = RequestScope(config, self._breaker, ledger, path, self._options)
+        method = (request.method or "") if self._audit else None  # audited: method and path only
+        scope = RequestScope(config, self._breaker, ledger, path, self._options, method)
         meta[ENVIRON_KEY] = scope.ctx
         token = current_context.set(scope)
         try:

@@ -51,7 +51,8 @@ class AuditLog(Observer):
     LLM call's request (messages, model, parameters; never keys or auth headers) and response text.
     ``max_bytes``: rotate to a new file beyond this size. ``head_every``: a head record every that
     many records (and on close, on rotation, after ``head_interval_s`` of quiet). ``queue_size``:
-    records waiting for the writer beyond which new ones are dropped (and counted).
+    records waiting for the writer beyond which new ones are dropped (and counted). ``retry_s``:
+    how soon writing is tried again after an error (missing or read-only directory, full disk).
     """
 
     def __init__(
@@ -64,6 +65,7 @@ class AuditLog(Observer):
         head_every: int = 1000,
         queue_size: int = 10_000,
         head_interval_s: float = 5.0,
+        retry_s: float = 5.0,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
@@ -74,15 +76,20 @@ class AuditLog(Observer):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if not isinstance(head_interval_s, (int, float)) or not head_interval_s > 0:
-            raise ValueError(f"head_interval_s must be > 0, got {head_interval_s!r}")
+        for name, seconds in (("head_interval_s", head_interval_s), ("retry_s", retry_s)):
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+                raise ValueError(f"{name} must be a number > 0, got {seconds!r}")
         self.path = Path(os.fspath(path))
         self.record_bodies = bool(record_bodies)
         self._digester = Digester(key)
         self._chain_options = {"max_bytes": max_bytes, "head_every": head_every, "bodies": self.record_bodies}
         self._configs: dict[ExecutionConfig, tuple[dict[str, Any], str]] = {}
         self._writer = Writer(
-            self._open_chain, _format, queue_size=queue_size, head_interval_s=float(head_interval_s)
+            self._open_chain,
+            _format,
+            queue_size=queue_size,
+            head_interval_s=float(head_interval_s),
+            retry_s=float(retry_s),
         )
         _live.add(self)
 

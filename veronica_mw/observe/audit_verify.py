@@ -98,7 +98,7 @@ def verify(
             index = first.get("file")
             groups.setdefault(first["log"], []).append((index if isinstance(index, int) else 0, lines))
         else:
-            checker.report(str(path), 1, "missing record", "the file's opening log record is missing")
+            _report_no_opening(lines[0], key, checker)
             groups.setdefault(f"?{path}", []).append((-1, lines))
     chains: list[ChainReport] = []
     digests: set[str] = set()
@@ -121,8 +121,26 @@ def verify(
                 checker.report(last, _line_count(groups[real[0].log][-1][1]) + 1, "truncated", detail)
         else:
             checker.report(", ".join(str(p) for p in files), 0, "truncated", detail)
-    problems = sorted(checker.problems.values(), key=lambda p: (p.file, p.line))
+    # In chain order (a rotated chain's files by index), then by line.
+    rank = {lines[0].file: n for n, lines in enumerate(m[1] for ms in groups.values() for m in ms if m[1])}
+    problems = sorted(checker.problems.values(), key=lambda p: (rank.get(p.file, len(rank)), p.file, p.line))
     return VerifyReport(total, chains, problems, head)
+
+
+def _report_no_opening(first: Line, key: bytes | None, checker: _Checker) -> None:
+    """Line 1 is not the file's ``log`` record: removed (the line is an intact later record), or edited."""
+    record = first.record
+    intact = (
+        record is not None
+        and record.get("type") != "log"
+        and Digester(key).digest(first.body) == first.digest
+    )
+    if intact:
+        checker.report(first.file, 1, "missing record", "the file's opening log record is missing")
+    elif record is None:
+        checker.report(first.file, 1, "truncated" if first.partial else "modified", "not a valid record")
+    else:
+        checker.report(first.file, 1, "modified", "the opening log record was altered")
 
 
 def _line_count(lines: list[Line]) -> int:
@@ -179,6 +197,17 @@ def _check_chain(
             else:
                 item.ok = digester.digest(line.body) == line.digest
             items.append(item)
+    readable = [it for it in items if it.line.record is not None]
+    if readable and not any(it.ok for it in readable):
+        # Not one record matches: the key is wrong (or everything was rewritten). One line, not
+        # one per record.
+        first = readable[0].line
+        detail = (
+            "no record matches its digest: wrong key?" if key is not None else "no record matches its digest"
+        )
+        checker.report(first.file, first.lineno, "bad digest", detail)
+        files = [lines[0].file for _, lines in members if lines]
+        return ChainReport(log_id, digester.alg, files, len(readable), None)
     ordered = _reorder(items, checker)
     _walk(ordered, members, digester, key, checker)
     for number, (_, lines) in enumerate(members):

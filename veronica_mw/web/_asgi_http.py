@@ -51,7 +51,7 @@ class HTTPExchange(PendingContext):
 
     __slots__ = (
         "path", "live", "_config", "_breaker", "_ledger", "_started", "_send", "_extra", "_usage",
-        "started", "finished", "_held", "_held_size", "_options",
+        "started", "finished", "_held", "_held_size", "_options", "_method",
     )  # fmt: skip
 
     def __init__(
@@ -64,6 +64,7 @@ class HTTPExchange(PendingContext):
         extra_headers: Sequence[tuple[bytes, bytes]],
         usage: bool,
         options: dict[str, Any] | None = None,
+        method: str | None = None,
     ) -> None:
         # No factory for the base class: resolve() below builds the context from these fields.
         self.ctx = None
@@ -81,6 +82,7 @@ class HTTPExchange(PendingContext):
         self.finished = False  # ... and its final body too
         self._held: list[Message] | None = None
         self._held_size = 0
+        self._method = method  # set when the request is audited
 
     def resolve(self) -> ExecutionContext:
         """The request's context, built on the first call (once, thread-safe)."""
@@ -92,9 +94,17 @@ class HTTPExchange(PendingContext):
                     breaker, ledger, options = self._breaker, self._ledger, self._options
                     if breaker is None and ledger is None and options is None:
                         ctx = ExecutionContext(self._config)  # keyword arguments cost 0.2 µs more
-                    else:
+                    elif self._method is None:
                         ctx = ExecutionContext(
                             self._config, circuit_breaker=breaker, budget_parent=ledger, **(options or {})
+                        )
+                    else:  # audited: the request line, without its query string (never headers)
+                        ctx = ExecutionContext(
+                            self._config,
+                            circuit_breaker=breaker,
+                            budget_parent=ledger,
+                            attributes={"method": self._method, "path": self.path},
+                            **(options or {}),
                         )
                     self.ctx = ctx
                     ctx.arm(self._started)  # the deadline counts from the request start

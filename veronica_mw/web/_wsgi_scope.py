@@ -111,13 +111,23 @@ class RequestScope(PendingContext):
         ledger: BudgetParent | None,
         path: str,
         options: dict[str, Any] | None = None,
+        method: str | None = None,
     ) -> None:
         # No factory for the base class: the context exists already, resolve() only arms it.
         if breaker is None and ledger is None and options is None:
             ctx = RequestContext(config)  # keyword arguments cost 0.2 µs more
-        else:
-            # ``options``: the middleware's checks=/policies= (shared, built once).
+        elif method is None:
+            # ``options``: the middleware's checks=/policies=/audit= (shared, built once).
             ctx = RequestContext(config, circuit_breaker=breaker, budget_parent=ledger, **(options or {}))
+        else:  # audited: the request line, without its query string (never headers)
+            attributes = {"method": method, "path": path}
+            ctx = RequestContext(
+                config,
+                circuit_breaker=breaker,
+                budget_parent=ledger,
+                attributes=attributes,
+                **(options or {}),
+            )
         # Set here rather than in an __init__ override: one Python frame less per request.
         ctx._arm_from = monotonic()
         ctx._ended = False

@@ -28,6 +28,7 @@ from ..kernel.circuit_breaker import CircuitBreaker
 from ..kernel.config import ExecutionConfig
 from ..kernel.context import PendingContext, current_context
 from ..kernel.execution import ExecutionContext
+from ..kernel.observer import Observer
 from ..kernel.policy import RuntimePolicy
 from ._asgi_http import HTTPExchange
 from ._asgi_websocket import WebSocketSession, refuse
@@ -66,6 +67,9 @@ class VeronicaASGIMiddleware:
     ``checks``: output checks every model call of every request must pass (``veronica_mw.control``;
     a ``"halt"`` check answers 502). ``policies``: runtime policies for every request's context
     (``DowngradeAt``, ``RequireApproval``, ...; a rejected approval answers 403).
+    ``audit``: a :class:`veronica_mw.AuditLog` (any kernel ``Observer``) every request's and
+    session's context reports to, with the request's method and path (never headers or query), and
+    every budget-pool refusal.
     Applied twice (wrapped and also added), the inner copy passes requests straight through.
     """
 
@@ -81,9 +85,11 @@ class VeronicaASGIMiddleware:
         circuit_breaker: CircuitBreaker | None = None,
         checks: Iterable[Any] = (),
         policies: Iterable[RuntimePolicy] = (),
+        audit: Observer | None = None,
     ) -> None:
         self.app = app
-        self._options = context_options(checks, policies)
+        self._options = context_options(checks, policies, audit)
+        self._audit: tuple[Observer, ...] = (audit,) if audit is not None else ()
         self._resolver = ConfigResolver(config, default_config=default_config, exclude_paths=exclude_paths)
         # The common case, one static config and no exclusions, skips resolution per request.
         self._static = config if isinstance(config, ExecutionConfig) and not self._resolver.excludes else None
@@ -120,12 +126,16 @@ class VeronicaASGIMiddleware:
         if self._pool is not None:
             adm = await self._admit(scope, path)
             if not adm.allowed:
-                status, headers, body = refusal_response(adm, config)
+                status, headers, body = refusal_response(adm, config, self._audit)
                 await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": body, "more_body": False})
                 return
             extra, ledger = _encode(adm.headers), adm.ledger
-        exchange = HTTPExchange(config, self._breaker, ledger, path, send, extra, self._usage, self._options)
+        # Audited requests carry their method (with the path: the request line without its query).
+        method = scope.get("method", "") if self._audit else None
+        exchange = HTTPExchange(
+            config, self._breaker, ledger, path, send, extra, self._usage, self._options, method
+        )
         # The request's context is built on first use: most requests never make a model or tool call.
         token = current_context.set(exchange)
         try:
@@ -159,14 +169,19 @@ class VeronicaASGIMiddleware:
         if self._pool is not None:
             adm = await self._admit(scope, path)
             if not adm.allowed:
-                await refuse(scope, send, refusal_response(adm, config), adm.reason)
+                await refuse(scope, send, refusal_response(adm, config, self._audit), adm.reason)
                 return
             extra, ledger = _encode(adm.headers), adm.ledger
         # Built and armed now: every data message is a step anyway, and the deadline must fire
         # while the app waits in receive(). Held in a (resolved) PendingContext like an HTTP
         # request's: that is what tells an inner copy of the middleware the session is ours.
+        attributes = {"method": "WEBSOCKET", "path": path} if self._audit else None
         ctx = ExecutionContext(
-            config, circuit_breaker=self._breaker, budget_parent=ledger, **(self._options or {})
+            config,
+            circuit_breaker=self._breaker,
+            budget_parent=ledger,
+            attributes=attributes,
+            **(self._options or {}),
         ).arm()
         pending = PendingContext(lambda: ctx)
         pending.resolve()

@@ -273,10 +273,10 @@ class ConfigResolver:
 
 
 def context_options(
-    checks: Iterable[Any] = (), policies: Iterable[RuntimePolicy] = ()
+    checks: Iterable[Any] = (), policies: Iterable[RuntimePolicy] = (), audit: _obs.Observer | None = None
 ) -> dict[str, Any] | None:
-    """The ``checks=``/``policies=`` of a middleware as keyword arguments for every request's
-    :class:`~veronica_mw.ExecutionContext` (built and validated once; None when both are empty).
+    """The ``checks=``/``policies=``/``audit=`` of a middleware as keyword arguments for every
+    request's :class:`~veronica_mw.ExecutionContext` (built and validated once; None when all are empty).
 
     The pipeline and the checks are shared by all requests: policies decide from what each call's
     context tells them, and checks hold no per-call state.
@@ -290,6 +290,10 @@ def context_options(
         options["checks"] = verifier
     if len(pipeline):
         options["pipeline"] = pipeline
+    if audit is not None:
+        if not isinstance(audit, _obs.Observer):
+            raise TypeError(f"audit must be a veronica_mw.AuditLog (an Observer), got {type(audit).__name__}")
+        options["audit"] = audit
     return options or None
 
 
@@ -363,14 +367,15 @@ def pool_failure(exc: BaseException, path: str) -> PoolFailure:
 
 
 def refusal_response(
-    adm: Admission, config: ExecutionConfig | None
+    adm: Admission, config: ExecutionConfig | None, observers: tuple[_obs.Observer, ...] = ()
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     """The problem response for a pool refusal (before the app ran: nothing used yet).
 
-    Every middleware answers a refusal through here, so this is where observers hear of it."""
+    Every middleware answers a refusal through here, so this is where observers hear of it: the
+    global ones and the middleware's own (its audit log)."""
     detail = getattr(adm, "detail", "") or f"admission refused: {adm.reason}"
-    if _obs._global:
-        _obs.notify((), "refused", adm.reason, detail, adm.status)
+    if _obs._global or observers:
+        _obs.notify(observers, "refused", adm.reason, detail, adm.status)
     return problem_response(
         adm.reason,
         config=config,

@@ -23,6 +23,7 @@ from ..kernel.circuit_breaker import CircuitBreaker
 from ..kernel.config import ExecutionConfig
 from ..kernel.context import PendingContext, current_context
 from ..kernel.exceptions import ExecutionHalted
+from ..kernel.observer import Observer
 from ..kernel.parent import BudgetParent
 from ..kernel.policy import RuntimePolicy
 from ._wsgi_scope import (
@@ -77,8 +78,9 @@ class _Response(RequestScope):
         extra: Sequence[tuple[str, str]],
         usage: bool,
         options: dict[str, Any] | None = None,
+        method: str | None = None,
     ) -> None:
-        super().__init__(config, breaker, ledger, path, options)
+        super().__init__(config, breaker, ledger, path, options, method)
         self._start = start_response
         self._extra = extra
         self._usage = usage
@@ -229,7 +231,9 @@ class VeronicaWSGIMiddleware:
     ``circuit_breaker``: one breaker shared by every request's context (an open circuit is a 429
     with ``Retry-After``). ``checks``: output checks for every model call (a ``"halt"`` check
     answers 502); ``policies``: runtime policies for every request's context (a rejected approval
-    answers 403).
+    answers 403). ``audit``: a :class:`veronica_mw.AuditLog` (any kernel ``Observer``) every
+    request's context reports to, with the request's method and path (never headers or query), and
+    every budget-pool refusal.
     """
 
     def __init__(
@@ -244,6 +248,7 @@ class VeronicaWSGIMiddleware:
         circuit_breaker: CircuitBreaker | None = None,
         checks: Iterable[Any] = (),
         policies: Iterable[RuntimePolicy] = (),
+        audit: Observer | None = None,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI callable, got {type(app).__name__}")
@@ -256,7 +261,8 @@ class VeronicaWSGIMiddleware:
         self._pool = budget_pool
         self._usage = bool(usage_headers)
         self._breaker = circuit_breaker
-        self._options = context_options(checks, policies)
+        self._options = context_options(checks, policies, audit)
+        self._audit: tuple[Observer, ...] = (audit,) if audit is not None else ()
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         # The applied-twice guard (see ``middleware_active``), inlined: it runs on every request.
@@ -278,13 +284,17 @@ class VeronicaWSGIMiddleware:
             except Exception as exc:
                 adm = pool_failure(exc, path)
             if not adm.allowed:
-                status, headers, body = refusal_response(adm, config)
+                status, headers, body = refusal_response(adm, config, self._audit)
                 start_response(status_line(status), wsgi_headers(headers))
                 return [body]
             extra = [(str(name), str(value)) for name, value in adm.headers]
             ledger = adm.ledger
+        method = None
+        if self._audit:  # audited requests carry their method (and path: never the query string)
+            method = environ.get("REQUEST_METHOD")
+            method = method if isinstance(method, str) else ""
         response = _Response(
-            config, self._breaker, ledger, path, start_response, extra, self._usage, self._options
+            config, self._breaker, ledger, path, start_response, extra, self._usage, self._options, method
         )
         environ[ENVIRON_KEY] = response.ctx
         return response.call_app(self.app, environ)
