@@ -60,9 +60,11 @@ class RequestContext(ExecutionContext):
     entry are checked against the same deadline either way.
     """
 
-    __slots__ = ("_arm_from", "_ended")
+    # ``_over``, not the base class's ``_ended``: that one says observers were told the context
+    # ended, and a shadowing slot would make ``disarm()`` skip telling them.
+    __slots__ = ("_arm_from", "_over")
     _arm_from: float | None  # the request start until the timer is scheduled
-    _ended: bool
+    _over: bool
 
     def start(self) -> RequestContext:
         """Arm the deadline from the request start (once; never after :meth:`end`); return self."""
@@ -72,13 +74,13 @@ class RequestContext(ExecutionContext):
                 if started is not None:
                     self._arm_from = None
                     self.arm(started)
-                    if self._ended:  # the request ended (on another thread) while we armed
+                    if self._over:  # the request ended (on another thread) while we armed
                         self.disarm()
         return self
 
     def end(self) -> None:
         """The request is over: remove the deadline timer, and never schedule one again."""
-        self._ended = True
+        self._over = True
         self._arm_from = None
         self.disarm()
 
@@ -130,7 +132,7 @@ class RequestScope(PendingContext):
             )
         # Set here rather than in an __init__ override: one Python frame less per request.
         ctx._arm_from = monotonic()
-        ctx._ended = False
+        ctx._over = False
         self.ctx = ctx
         self.path = path
 
