@@ -47,7 +47,9 @@ audit = AuditLog(
 )
 
 
-async def fake_chat_completion(*, model: str, messages: list[dict[str, str]], **params: Any) -> dict[str, Any]:
+async def fake_chat_completion(
+    *, model: str, messages: list[dict[str, str]], **params: Any
+) -> dict[str, Any]:
     """Stands in for ``client.chat.completions.create(...)``: a reply with usage, a few ms later."""
     await asyncio.sleep(0.002)
     question = messages[-1]["content"]
@@ -94,7 +96,11 @@ async def ask(ctx: CurrentExecutionContext, q: str = "hello", steps: int = 1) ->
             options=WrapOptions(operation_name="chat", model="gpt-4o-mini"),
         )
         answer = reply["choices"][0]["message"]["content"]
-        messages = [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": f"more {step}"}]
+        messages = [
+            *messages,
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": f"more {step}"},
+        ]
     return {"answer": answer, "calls": steps, "chain": ctx.chain_id, "pid": os.getpid()}
 
 

@@ -25,7 +25,9 @@ from .conftest import read_records
 CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=3, max_retries_total=1, timeout_ms=60_000)
 
 
-def chat_reply(text: str, model: str = "gpt-4o-mini", prompt: int = 12, completion: int = 5) -> dict[str, Any]:
+def chat_reply(
+    text: str, model: str = "gpt-4o-mini", prompt: int = 12, completion: int = 5
+) -> dict[str, Any]:
     """An OpenAI chat-completions response body, as a dict."""
     return {
         "model": model,
@@ -145,7 +147,9 @@ def test_no_observer_wants_bodies_so_none_are_kept(tmp_path: Path) -> None:
     with ExecutionContext(CONFIG, audit=AuditLog(tmp_path / "b.jsonl", record_bodies=True)) as ctx:
         node = ctx.begin_call("llm")
         assert node.wants_io
-        node.record_io(request={"messages": [{"role": "user", "content": "q"}], "api_key": "k"}, response_text="a")
+        node.record_io(
+            request={"messages": [{"role": "user", "content": "q"}], "api_key": "k"}, response_text="a"
+        )
         assert node.io == {"request": {"messages": [{"role": "user", "content": "q"}]}, "response_text": "a"}
         node.commit()
 
@@ -221,7 +225,9 @@ def test_rotation_links_each_file_to_the_previous_head(tmp_path: Path) -> None:
     files[1].write_bytes(middle)
     files[-1].unlink()  # the newest file: the previous one's head names it
     (problem,) = verify([tmp_path]).problems
-    assert (problem.file, problem.what) == (str(files[-2]), "missing record") and files[-1].name in problem.detail
+    assert (problem.file, problem.what) == (str(files[-2]), "missing record") and files[
+        -1
+    ].name in problem.detail
 
 
 def test_invalid_arguments() -> None:
@@ -231,9 +237,10 @@ def test_invalid_arguments() -> None:
         AuditLog("a.jsonl", key="text")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         AuditLog("a.jsonl", key=b"")
+    bad: dict[str, Any]
     for bad in ({"max_bytes": 10}, {"head_every": 0}, {"queue_size": True}, {"head_interval_s": 0}):
         with pytest.raises(ValueError):
-            AuditLog("a.jsonl", **bad)  # type: ignore[arg-type]
+            AuditLog("a.jsonl", **bad)
     with pytest.raises(TypeError, match="AuditLog"):
         ExecutionContext(CONFIG, audit=object())  # type: ignore[arg-type]
     with pytest.raises(TypeError):

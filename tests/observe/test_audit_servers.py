@@ -34,7 +34,9 @@ def hammer(url: str, path: str) -> list[dict[str, Any]]:
     with httpx.Client(timeout=60, headers=headers) as client:
 
         def one(i: int) -> dict[str, Any]:
-            response = client.get(f"{url}{path}", params={"q": f"question {i}", "steps": steps_of(i), "token": SECRETS[0]})
+            response = client.get(
+                f"{url}{path}", params={"q": f"question {i}", "steps": steps_of(i), "token": SECRETS[0]}
+            )
             assert response.status_code == 200, response.text
             body: dict[str, Any] = response.json()
             return body
@@ -84,7 +86,9 @@ def test_threaded_werkzeug(tmp_path: Path, cli: Cli) -> None:
         assert ctx is not None
         steps = int(request.args["steps"])
         for _ in range(steps):
-            ctx.call_llm(lambda **kw: "an answer", model="gpt-4o-mini", messages=[{"role": "user", "content": "q"}])
+            ctx.call_llm(
+                lambda **kw: "an answer", model="gpt-4o-mini", messages=[{"role": "user", "content": "q"}]
+            )
         return {"calls": steps, "chain": ctx.chain_id}
 
     config = ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=0, timeout_ms=60_000)

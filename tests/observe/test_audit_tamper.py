@@ -25,7 +25,9 @@ def write_log(directory: Path, *, key: bytes | None = KEY, head_every: int = 100
     for n in range(3):
         config = ExecutionConfig(max_cost_usd=1.0, max_steps=3, max_retries_total=1)
         with ExecutionContext(config, audit=log, attributes={"method": "GET", "path": f"/run/{n}"}) as ctx:
-            ctx.call_llm(lambda **kw: "answer", model="gpt-4o-mini", messages=[{"role": "user", "content": "q"}])
+            ctx.call_llm(
+                lambda **kw: "answer", model="gpt-4o-mini", messages=[{"role": "user", "content": "q"}]
+            )
             ctx.call_tool(lambda: 42, options=WrapOptions(operation_name="lookup"))
             if n == 2:
                 with pytest.raises(ExecutionHalted):
@@ -100,7 +102,9 @@ def test_a_deleted_line_is_a_missing_record(cli: Cli, logfile: Path, key_file: P
     save(logfile, lines)
     code, out, _ = cli("audit", "verify", logfile, "--key-file", key_file)
     assert code == 1
-    assert out.splitlines() == [f"{logfile}:{i + 1}: missing record (1 record(s) before this line (seq {i}..{i}))"]
+    assert out.splitlines() == [
+        f"{logfile}:{i + 1}: missing record (1 record(s) before this line (seq {i}..{i}))"
+    ]
 
 
 def test_swapped_lines_are_reordered(cli: Cli, logfile: Path, key_file: Path) -> None:
@@ -122,7 +126,9 @@ def test_a_dropped_tail_is_truncated(cli: Cli, tmp_path: Path, key_file: Path) -
     assert cli("audit", "verify", logfile, "--key-file", key_file)[0] == 0  # looks complete on its own...
     code, out, _ = cli("audit", "verify", logfile, "--key-file", key_file, "--expect-head", head)
     assert code == 1  # ... but the head the auditor kept is gone
-    assert out.splitlines() == [f"{logfile}:{cut + 1}: truncated (expected head {head[:16]}... is not in the log)"]
+    assert out.splitlines() == [
+        f"{logfile}:{cut + 1}: truncated (expected head {head[:16]}... is not in the log)"
+    ]
     save(logfile, lines[: cut - 1])  # cut anywhere else: the missing closing head says it
     code, out, _ = cli("audit", "verify", logfile, "--key-file", key_file)
     assert code == 1 and out.startswith(f"{logfile}:{cut}: truncated (no head record after the last line")
@@ -160,10 +166,14 @@ def test_without_a_key_a_rehashed_line_breaks_the_next_link(cli: Cli, tmp_path: 
     save(logfile, lines)
     code, out, _ = cli("audit", "verify", logfile)
     assert code == 1
-    assert out.splitlines() == [f"{logfile}:{i + 1}: modified (re-hashed: the next record does not link to it)"]
+    assert out.splitlines() == [
+        f"{logfile}:{i + 1}: modified (re-hashed: the next record does not link to it)"
+    ]
 
 
-def test_bad_input_exits_2_without_a_traceback(cli: Cli, logfile: Path, key_file: Path, tmp_path: Path) -> None:
+def test_bad_input_exits_2_without_a_traceback(
+    cli: Cli, logfile: Path, key_file: Path, tmp_path: Path
+) -> None:
     cases = [
         ("audit", "verify", tmp_path / "nope"),
         ("audit", "verify", logfile),  # keyed, no --key-file
@@ -198,9 +208,15 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, bytes]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(line_pick=st.integers(0, 10**6), char_pick=st.integers(0, 10**6), new_pick=st.integers(0, len(ALNUM) - 2))
+@given(
+    line_pick=st.integers(0, 10**6), char_pick=st.integers(0, 10**6), new_pick=st.integers(0, len(ALNUM) - 2)
+)
 def test_any_changed_character_is_found_on_its_line(
-    line_pick: int, char_pick: int, new_pick: int, template: tuple[str, bytes], tmp_path_factory: pytest.TempPathFactory
+    line_pick: int,
+    char_pick: int,
+    new_pick: int,
+    template: tuple[str, bytes],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     directory = tmp_path_factory.mktemp("prop")
     logfile = directory / template[0]
