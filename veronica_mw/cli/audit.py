@@ -150,14 +150,21 @@ def find_run(runs: dict[str, Run], chain: str) -> Run:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    runs = load_runs(args.paths)
+    refusals: list[dict[str, Any]] = []
+    runs = load_runs(args.paths, refusals)
     selected = [find_run(runs, args.chain)] if args.chain else None
     if args.json:
         json.dump(render_runs(runs, selected, as_json=True), sys.stdout, indent=2)
         print()
-    else:
-        for line in render_runs(runs, selected, stream=sys.stdout):
-            print(line)
+        return 0
+    for line in render_runs(runs, selected, stream=sys.stdout):
+        print(line)
+    if refusals and selected is None:
+        counts: dict[str, int] = {}
+        for record in refusals:
+            key = f"{record.get('reason')} (HTTP {record.get('status')})"
+            counts[key] = counts.get(key, 0) + 1
+        print("refused before a context: " + ", ".join(f"{n} {key}" for key, n in counts.items()))
     return 0
 
 

@@ -12,8 +12,9 @@ Records, in order, one per line (all with ``seq``, ``prev``, ``t`` -- Unix time 
 ``attributes`` such as the request's method and path), ``call_admitted`` and ``call`` (the settled
 call: kind, name, model, tokens, cost, status, duration; with ``record_bodies`` also the request
 and the response text), ``event`` (soft limit, unpriced call, check, approval...), ``halt`` (reason,
-detail, usage then), ``context_ended`` (final usage), ``dropped`` (records that could not be
-written, with why) and ``head``.
+detail, usage then), ``context_ended`` (final usage), ``refused`` (a request a tenant budget pool
+turned away before it had a context), ``dropped`` (records that could not be written, with why)
+and ``head``.
 """
 
 from __future__ import annotations
@@ -156,6 +157,9 @@ class AuditLog(Observer):
 
     def context_ended(self, ctx: ExecutionContext) -> None:
         self._writer.submit((_context_ended, time.time(), ctx.chain_id, _usage(ctx), ctx.abort_reason))
+
+    def refused(self, reason: str, detail: str, status: int) -> None:
+        self._writer.submit((_refused, time.time(), reason, detail, status))
 
     # -- control and state -----------------------------------------------------------------------
 
@@ -314,6 +318,10 @@ def _halt(t: float, chain: str, reason: str, detail: str, usage: dict[str, Any])
 
 def _context_ended(t: float, chain: str, usage: dict[str, Any], reason: str | None) -> dict[str, Any]:
     return {"type": "context_ended", "chain": chain, "usage": usage, "halted": reason}
+
+
+def _refused(t: float, reason: str, detail: str, status: int) -> dict[str, Any]:
+    return {"type": "refused", "reason": reason, "detail": detail, "status": status}
 
 
 def _format(item: tuple[Any, ...]) -> dict[str, Any]:

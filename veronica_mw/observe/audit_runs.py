@@ -95,8 +95,9 @@ class Run:
         return out
 
 
-def load_runs(paths: Iterable[str | Path]) -> dict[str, Run]:
-    """Every run in the named files, keyed by chain id; ``children`` link nested contexts."""
+def load_runs(paths: Iterable[str | Path], refusals: list[dict[str, Any]] | None = None) -> dict[str, Run]:
+    """Every run in the named files, keyed by chain id; ``children`` link nested contexts.
+    ``refusals`` (when given) receives the ``refused`` records: requests without a context."""
     runs: dict[str, Run] = {}
 
     def run_of(chain: str) -> Run:
@@ -107,6 +108,8 @@ def load_runs(paths: Iterable[str | Path]) -> dict[str, Run]:
 
     for record in iter_records(paths):
         kind, chain = record.get("type"), record.get("chain")
+        if kind == "refused" and refusals is not None:
+            refusals.append(record)
         if not isinstance(chain, str):
             continue
         run = run_of(chain)
