@@ -38,22 +38,41 @@ SECRET_KEYS = frozenset(
     }
 )
 _MAX_DEPTH = 32  # a self-referencing structure ends here instead of recursing forever
+_INF = float("inf")
+
+
+_verdicts: dict[str, bool] = {}  # key -> is it a secret (message keys repeat: role, content, ...)
 
 
 def is_secret_key(key: str) -> bool:
-    return key.lower().replace("-", "_") in SECRET_KEYS
+    verdict = _verdicts.get(key)
+    if verdict is None:
+        verdict = key.lower().replace("-", "_") in SECRET_KEYS
+        if len(_verdicts) < 4096:
+            _verdicts[key] = verdict
+    return verdict
 
 
 def jsonable(value: Any, depth: int = 0) -> Any:
     """A JSON-ready deep copy of ``value`` without credentials (objects become their ``repr``)."""
-    if value is None or isinstance(value, (str, bool, int)):
+    kind = type(value)
+    # Exact-type fast paths first: chat messages are plain dicts, lists and strings.
+    if kind is str or kind is int or kind is bool or value is None:
         return value
-    if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
     if depth >= _MAX_DEPTH:
         return "..."
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v, depth + 1) for k, v in value.items() if not is_secret_key(str(k))}
+    if kind is dict or isinstance(value, Mapping):
+        return {
+            (k if type(k) is str else str(k)): jsonable(v, depth + 1)
+            for k, v in value.items()
+            if not is_secret_key(k if type(k) is str else str(k))
+        }
+    if kind is list or kind is tuple:
+        return [jsonable(v, depth + 1) for v in value]
+    if kind is float or isinstance(value, float):
+        return value if value == value and value not in (_INF, -_INF) else repr(value)
+    if isinstance(value, (str, int)):  # str/int subclasses (enums)
+        return str.__str__(value) if isinstance(value, str) else int(value)
     if isinstance(value, (list, tuple)):
         return [jsonable(v, depth + 1) for v in value]
     if isinstance(value, bytes):
