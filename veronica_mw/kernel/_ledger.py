@@ -201,7 +201,7 @@ class Ledger:
         if _obs._global or self._observers:
             node._seen = True
             node.inline = inline
-            if kind == "llm" and _obs.wants_bodies(self._observers):
+            if node.kind == "llm" and _obs.wants_bodies(self._observers):
                 node.io = {}
             _obs.notify(self._observers, "call_started", self, node)
 
