@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+import openai
 import pytest
 from genai_prices import Usage, calc_price
 from pydantic_ai import Agent
@@ -26,8 +27,8 @@ PRICE = float(
 )
 
 
-def openai_agent(server: FakeOpenAI) -> tuple[Agent[None, str], list[str]]:
-    model = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(base_url=server.base_url, api_key="test-key"))
+def openai_agent(client: openai.AsyncOpenAI) -> tuple[Agent[None, str], list[str]]:
+    model = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(openai_client=client))
     agent = Agent(model, capabilities=[VeronicaCapability()])
     ran: list[str] = []
 
@@ -42,15 +43,21 @@ def openai_agent(server: FakeOpenAI) -> tuple[Agent[None, str], list[str]]:
 @pytest.mark.parametrize("streamed", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize("steps", [3, 6])
 def test_one_step_per_request_the_server_received(streamed: bool, steps: int) -> None:
+    ran: list[str] = []
     with FakeOpenAI() as server:
-        agent, ran = openai_agent(server)
 
         async def main() -> None:
-            if streamed:
-                async with agent.run_stream("weather?") as stream:
-                    await stream.get_output()
-            else:
-                await agent.run("weather?")
+            client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+            agent, tools_ran = openai_agent(client)
+            try:
+                if streamed:
+                    async with agent.run_stream("weather?") as stream:
+                        await stream.get_output()
+                else:
+                    await agent.run("weather?")
+            finally:
+                ran.extend(tools_ran)
+                await client.close()
 
         config = ExecutionConfig(max_cost_usd=10.0, max_steps=steps, max_retries_total=3)
         with ExecutionContext(config) as ctx, pytest.raises(ExecutionHalted) as caught:
