@@ -107,8 +107,12 @@ class Step:
         """Commit a model response: the kernel prices its usage for the model that answered and
         runs the context's output checks. A rejected answer (one retry drawn by the kernel) is
         asked again the way pydantic-ai asks again: a ``ModelRetry`` carrying the check's feedback."""
+        usage, model = _tokens(response.usage), self._model(response)
+        if not _answers(response):  # only tool calls: no answer for the checks to judge
+            self.node.commit(usage=usage, model=model)
+            return
         try:
-            await self.node.acommit(response, usage=_tokens(response.usage), model=self._model(response))
+            await self.node.acommit(response, usage=usage, model=model)
         except OutputRejected as rejected:
             raise ModelRetry(rejected.feedback) from rejected
 
@@ -116,8 +120,12 @@ class Step:
         """Commit what a stream delivered. Its text already reached the consumer, so a rejection
         by an output check cannot be asked again: it is raised as it is (or dropped when ``quiet``,
         because the stream is ending with an error of its own)."""
+        usage, model = _tokens(response.usage), self._model(response)
         try:
-            self.node.commit(response, usage=_tokens(response.usage), model=self._model(response))
+            if _answers(response):
+                self.node.commit(response, usage=usage, model=model)
+            else:
+                self.node.commit(usage=usage, model=model)
         except OutputRejected:
             if not quiet:
                 raise
@@ -191,6 +199,12 @@ def draw_retry(owner: Owner, exc: BaseException) -> None:
     ctx = owner.binding.resolve()
     if ctx is not None and not ctx.record_retry(exc):
         raise ctx.halted_error() from exc
+
+
+def _answers(response: ModelResponse) -> bool:
+    """Whether the response carries text for output checks (and a halt's partial result); a turn
+    of tool calls only (an output tool's arguments included) has none."""
+    return bool(response.text)
 
 
 def _tokens(usage: RequestUsage | Any) -> TokenUsage | None:

@@ -151,3 +151,12 @@ def test_edited_arguments_that_are_no_arguments_are_a_rejection() -> None:
         agent.run_sync("pay the invoice")
     assert ran == []
     assert "do not fit the tool" in tool_returns(seen[1])[0]
+
+
+def test_tool_call_turns_are_not_judged_by_output_checks() -> None:
+    agent, ran, seen = transfer_agent()
+    with ExecutionContext(LIMITS, checks=[MaxLength(10)]) as ctx:
+        assert agent.run_sync("pay the invoice").output == "done"
+    assert ran == [900]
+    assert [node.status for node in ctx.graph.nodes()] == ["ok", "ok", "ok"]
+    assert ctx.get_snapshot().retries_used == 0
