@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from .control import CheckResult, Forbidden, JsonOutput, MaxLength, ModelOutput
+from .control import (
+    ApprovalQueue,
+    ApprovalRequest,
+    Approve,
+    CheckResult,
+    DowngradeAt,
+    Edit,
+    Forbidden,
+    JsonOutput,
+    MaxLength,
+    ModelOutput,
+    Reject,
+    RequireApproval,
+)
 from .instrumentation import instrument, uninstrument
 from .kernel.binding import ContextBinding
 from .kernel.budget import BudgetEnforcer
@@ -33,6 +46,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentStepGuard",
+    "ApprovalQueue",
+    "ApprovalRequest",
+    "Approve",
     "AsyncBudgetParent",
     "AuditLog",
     "BudgetEnforcer",
@@ -47,6 +63,8 @@ __all__ = [
     "ContextBinding",
     "Decision",
     "DistributedCircuitBreaker",
+    "DowngradeAt",
+    "Edit",
     "ExecutionConfig",
     "ExecutionContext",
     "ExecutionEvent",
@@ -66,6 +84,8 @@ __all__ = [
     "PolicyDecision",
     "PolicyPipeline",
     "RedisBudgetBackend",
+    "Reject",
+    "RequireApproval",
     "RetryContainer",
     "RuntimePolicy",
     "SharedTimeoutPool",

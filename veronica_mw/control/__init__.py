@@ -9,19 +9,29 @@ from __future__ import annotations
 from ..kernel._control import install_verifier_builder
 from ..kernel.exceptions import OutputRejected, ToolCallRejected
 from ._suite import CheckSuite
+from .approval import ApprovalRequest, Approve, Edit, Reject, RequireApproval
 from .checks import CheckResult, Forbidden, JsonOutput, MaxLength
+from .downgrade import DowngradeAt
 from .outputs import ModelOutput, extract_text
+from .queue import ApprovalQueue
 
 install_verifier_builder(CheckSuite)
 
 __all__ = [
+    "ApprovalQueue",
+    "ApprovalRequest",
+    "Approve",
     "CheckResult",
     "CheckSuite",
+    "DowngradeAt",
+    "Edit",
     "Forbidden",
     "JsonOutput",
     "MaxLength",
     "ModelOutput",
     "OutputRejected",
+    "Reject",
+    "RequireApproval",
     "ToolCallRejected",
     "extract_text",
 ]

@@ -138,7 +138,11 @@ class Ledger:
                 wait = decision.rate_limit_ms / 1000.0 if decision.rate_limit_ms else None
                 self._abort(HaltReason.POLICY_DENIED, f"{decision.policy_type}: {decision.reason}", wait)
                 return None, False
-            if decision.fallback_model is not None and kind == "llm":
+            if (
+                decision.fallback_model is not None
+                and kind == "llm"
+                and decision.fallback_model != options.model
+            ):
                 # MODIFY: the call runs on the fallback, so it is reserved at the fallback's price.
                 fallback = decision.fallback_model
                 hint = self._fallback_hint(hint, options, fallback)

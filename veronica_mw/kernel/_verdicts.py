@@ -222,7 +222,7 @@ class Verdicts:
         message = verdict.message or "rejected"
         if verdict.on_reject == "message":
             raise ToolCallRejected(node.name, message)
-        detail = f"{verdict.gate}: tool {node.name!r} {message}"
+        detail = f"{verdict.gate}: tool {node.name!r} rejected: {message}"
         self._abort(HaltReason.POLICY_DENIED, detail, http_status=403)
         raise self.halted_error()
 

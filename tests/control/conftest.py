@@ -1,0 +1,7 @@
+"""Fixtures for the control tests: real redis-server processes (shared with the pool tests)."""
+
+from __future__ import annotations
+
+from ..pools.conftest import redis_server, redis_url
+
+__all__ = ["redis_server", "redis_url"]

@@ -1,0 +1,148 @@
+"""The approvals page in headless Debian chromium (selenium): sign in once, then the buttons decide.
+
+Needs ``/usr/bin/chromium`` and ``/usr/bin/chromedriver`` (Debian's chromium and chromium-driver
+packages; .ci/run installs them): the test fails, not skips, when CI=true and they are missing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
+
+from ._servers import TOKEN, AgentCall, ApprovalsServer, wait_pending
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+_addresses = (f"page{n}@example.com" for n in itertools.count())
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium and chromedriver are not installed (CI=true: the page test must run)")
+        pytest.skip("chromium/chromedriver not installed")
+    options = Options()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        "--window-size=1200,900",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApprovalsServer]:
+    with ApprovalsServer(tmp_path_factory.mktemp("page") / "runs.jsonl") as running:
+        yield running
+
+
+def _wait(driver: WebDriver) -> WebDriverWait[WebDriver]:
+    return WebDriverWait(driver, 30)
+
+
+def _open_request(driver: WebDriver, server: ApprovalsServer, request_id: str) -> None:
+    driver.get(f"{server.url}/approvals/")
+    _wait(driver).until(ec.presence_of_element_located((By.ID, f"request-{request_id}")))
+
+
+def test_sign_in_once_then_approve_reject_and_edit(
+    browser: WebDriver, server: ApprovalsServer, tmp_path: Path
+) -> None:
+    # Sign in through the form: the token goes in a POST body, the browser keeps a session cookie.
+    browser.get(f"{server.url}/approvals/")
+    token_field = _wait(browser).until(ec.presence_of_element_located((By.ID, "token")))
+    token_field.send_keys(TOKEN)
+    browser.find_element(By.ID, "sign-in").click()
+    _wait(browser).until(ec.presence_of_element_located((By.ID, "refresh")))
+    assert TOKEN not in browser.current_url
+    (cookie,) = browser.get_cookies()
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and TOKEN not in cookie["value"]
+
+    # Approve: the waiting request answers 200 and the email went out once.
+    to = next(_addresses)
+    call = AgentCall(server.url, to=to)
+    (pending,) = wait_pending(server.url)
+    _open_request(browser, server, pending["id"])
+    card = browser.find_element(By.ID, f"request-{pending['id']}")
+    assert "send_email" in card.text and to in card.text
+    browser.save_screenshot(str(tmp_path / "approvals-page.png"))
+    card.find_element(By.CSS_SELECTOR, "button.approve").click()
+    _wait(browser).until(ec.presence_of_element_located((By.CSS_SELECTOR, "p.empty")))
+    assert call.result().status_code == 200
+    assert len(server.runs_of(to=to)) == 1
+
+    # Reject with a reason: 403, the tool never ran.
+    to = next(_addresses)
+    call = AgentCall(server.url, to=to)
+    (pending,) = wait_pending(server.url)
+    _open_request(browser, server, pending["id"])
+    card = browser.find_element(By.ID, f"request-{pending['id']}")
+    card.find_element(By.NAME, "message").send_keys("wrong recipient")
+    card.find_element(By.CSS_SELECTOR, "button.reject").click()
+    _wait(browser).until(ec.presence_of_element_located((By.CSS_SELECTOR, "p.empty")))
+    response = call.result()
+    assert response.status_code == 403 and "wrong recipient" in response.json()["detail"]
+    assert server.runs_of(to=to) == []
+
+    # Edit the arguments, then run: the tool ran once, with what the person typed.
+    to = next(_addresses)
+    call = AgentCall(server.url, to=to)
+    (pending,) = wait_pending(server.url)
+    _open_request(browser, server, pending["id"])
+    card = browser.find_element(By.ID, f"request-{pending['id']}")
+    card.find_element(By.TAG_NAME, "summary").click()
+    area = card.find_element(By.NAME, "arguments")
+    area.clear()
+    area.send_keys(json.dumps({"to": to, "body": "Edited by a reviewer."}))
+    card.find_element(By.CSS_SELECTOR, "button.edit").click()
+    _wait(browser).until(ec.presence_of_element_located((By.CSS_SELECTOR, "p.empty")))
+    assert call.result().status_code == 200
+    (run,) = server.runs_of(to=to)
+    assert run["body"] == "Edited by a reviewer."
+
+    # Deciding twice (a stale page): the second click gets the 409 notice, nothing runs again.
+    to = next(_addresses)
+    call = AgentCall(server.url, to=to)
+    (pending,) = wait_pending(server.url)
+    _open_request(browser, server, pending["id"])
+    stale = browser.find_element(By.ID, f"request-{pending['id']}")
+    browser.execute_script("window.open(arguments[0], '_blank')", f"{server.url}/approvals/")
+    main, other = browser.window_handles
+    browser.switch_to.window(other)
+    _wait(browser).until(ec.presence_of_element_located((By.ID, f"request-{pending['id']}")))
+    browser.find_element(By.CSS_SELECTOR, f"#request-{pending['id']} button.approve").click()
+    _wait(browser).until(ec.presence_of_element_located((By.CSS_SELECTOR, "p.empty")))
+    browser.close()
+    browser.switch_to.window(main)
+    stale.find_element(By.CSS_SELECTOR, "button.approve").click()
+    notice = _wait(browser).until(ec.presence_of_element_located((By.CSS_SELECTOR, "p.notice")))
+    assert "already decided" in notice.text
+    assert call.result().status_code == 200 and len(server.runs_of(to=to)) == 1
