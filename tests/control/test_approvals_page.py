@@ -134,8 +134,10 @@ def test_sign_in_once_then_approve_reject_and_edit(
     (pending,) = wait_pending(server.url)
     _open_request(browser, server, pending["id"])
     stale = browser.find_element(By.ID, f"request-{pending['id']}")
+    main = browser.current_window_handle
     browser.execute_script("window.open(arguments[0], '_blank')", f"{server.url}/approvals/")
-    main, other = browser.window_handles
+    _wait(browser).until(lambda driver: len(driver.window_handles) == 2)
+    (other,) = [handle for handle in browser.window_handles if handle != main]  # no order is promised
     browser.switch_to.window(other)
     _wait(browser).until(ec.presence_of_element_located((By.ID, f"request-{pending['id']}")))
     browser.find_element(By.CSS_SELECTOR, f"#request-{pending['id']} button.approve").click()
