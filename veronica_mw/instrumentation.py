@@ -11,8 +11,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import threading
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from .kernel._validate import check_int, check_number
 from .kernel.exceptions import MissingFrameworkError
 
 
@@ -26,7 +28,26 @@ class Instrumentor(NamedTuple):
 INSTRUMENTORS: dict[str, Instrumentor] = {
     "pydantic-ai": Instrumentor("pydantic_ai", "pydantic_ai", "pydantic-ai"),
     "openai-agents": Instrumentor("openai_agents", "agents", "openai-agents"),
+    "openai": Instrumentor("openai", "openai", "openai"),
+    "anthropic": Instrumentor("anthropic", "anthropic", "anthropic"),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSettings:
+    """How instrumented provider SDK calls are reserved before they are sent (process-wide).
+
+    ``max_output_tokens``: output tokens reserved for a request that sets no limit of its own
+    (``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``). ``cost_estimate_hint``:
+    a fixed reservation in USD per model request instead of its worst case from genai-prices
+    (also what a request for a model genai-prices does not know costs).
+    """
+
+    max_output_tokens: int = 4096
+    cost_estimate_hint: float | None = None
+
+
+settings = ProviderSettings()
 
 _lock = threading.Lock()
 _active: list[str] = []
@@ -41,9 +62,23 @@ def installed(name: str) -> bool:
         return False
 
 
-def instrument(*names: str) -> tuple[str, ...]:
+def instrument(
+    *names: str, max_output_tokens: int | None = None, cost_estimate_hint: float | None = None
+) -> tuple[str, ...]:
     """Instrument the named SDKs (default: every known one that is installed); return the names
-    instrumented by this call or earlier. Idempotent; :func:`uninstrument` undoes everything."""
+    instrumented by this call or earlier. Idempotent; :func:`uninstrument` undoes everything.
+
+    ``max_output_tokens`` and ``cost_estimate_hint``, when given, replace the process-wide
+    :class:`ProviderSettings` (see there); omitted, the current ones stay.
+    """
+    global settings
+    changes: dict[str, object] = {}
+    if max_output_tokens is not None:
+        changes["max_output_tokens"] = check_int("max_output_tokens", max_output_tokens)
+    if cost_estimate_hint is not None:
+        changes["cost_estimate_hint"] = check_number("cost_estimate_hint", cost_estimate_hint)
+    if changes:
+        settings = replace(settings, **changes)  # type: ignore[arg-type]
     for name in names:
         if name not in INSTRUMENTORS:
             known = ", ".join(sorted(INSTRUMENTORS)) or "none"

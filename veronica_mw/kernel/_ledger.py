@@ -76,6 +76,7 @@ class Ledger:
         def _on_deadline(self) -> None: ...
         def _graph_locked(self) -> ExecutionGraph: ...
         def add_event(self, kind: str, detail: str, **data: Any) -> None: ...
+        def halted_error(self) -> ExecutionHalted: ...
         def record_retry(self, exc: BaseException | None = None) -> bool: ...
         def _fallback_hint(self, hint: float, options: WrapOptions, fallback: str) -> float: ...
         def _downgrade_unsupported(self, node: CallNode) -> None: ...
@@ -212,6 +213,30 @@ class Ledger:
     def _refused_by_parent(self, node: CallNode, parent: BudgetParent) -> None:
         self._close(node, "refused", 0.0, refund_step=True)
         self._parent_refused(parent)
+
+    def _add_reservation(self, node: CallNode, usd: float) -> None:
+        usd = check_number("usd", usd)
+        if self._deadline and self._reason is None and time.monotonic() >= self._deadline:
+            self._on_deadline()
+        config = self.config
+        with self._lock:
+            refused = self._reason is not None
+            over = not refused and self._committed + self._reserved + usd > config.max_cost_usd + _EPSILON
+            if not refused and not over and node.status == "running":
+                self._reserved += usd
+                node.reserved_usd += usd
+        if over:
+            self._abort(HaltReason.BUDGET_EXCEEDED, self._limit_detail(HaltReason.BUDGET_EXCEEDED, usd))
+        if refused or over:
+            raise self.halted_error()
+        parent = self._parent
+        if node._held and usd > 0.0 and parent is not None and not parent.reserve(usd):
+            with self._lock:
+                if node.status == "running":
+                    self._reserved -= usd
+                    node.reserved_usd -= usd
+            self._parent_refused(parent)
+            raise self.halted_error()
 
     def _parent_refused(self, parent: BudgetParent) -> None:
         status = getattr(parent, "refusal_status", 429)

@@ -109,6 +109,11 @@ class CallNode:
         return self.status != "running"
 
     @property
+    def context(self) -> ExecutionContext | None:
+        """The context this call runs in, until it is settled."""
+        return self._ctx
+
+    @property
     def duration_ms(self) -> float:
         return ((self.ended or time.monotonic()) - self.started) * 1000.0
 
@@ -197,6 +202,14 @@ class CallNode:
             io["request"] = jsonable(request)
         if response_text is not None:
             io["response_text"] = response_text if isinstance(response_text, str) else str(response_text)
+
+    def add_reservation(self, usd: float) -> None:
+        """Reserve ``usd`` more for this running call before it is sent (a layer underneath the
+        one that began it learned its worst case); raise ExecutionHalted when that would cross
+        ``max_cost_usd`` or the context has halted. The node stays running either way."""
+        ctx = self._ctx
+        if ctx is not None:
+            ctx._add_reservation(self, usd)
 
     def __repr__(self) -> str:
         return f"<CallNode {self.node_id} {self.kind}:{self.name} {self.status} ${self.cost_usd:.6f}>"

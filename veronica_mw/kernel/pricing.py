@@ -55,6 +55,8 @@ def usage_from_mapping(raw: Any) -> TokenUsage | None:
         cache_read = cache_read or _get(details, "cache_read")
         cache_write = cache_write or _get(details, "cache_creation")
     prompt_details = _get(raw, "prompt_tokens_details")  # OpenAI chat completions
+    if prompt_details is None:
+        prompt_details = _get(raw, "input_tokens_details")  # OpenAI Responses API
     if prompt_details is not None and cache_read is None:
         cache_read = _get(prompt_details, "cached_tokens")
     return TokenUsage(_int(inp), _int(out), _int(cache_read), _int(cache_write))
@@ -160,6 +162,15 @@ def _apply(coeffs: tuple[float, float, float, float], counts: tuple[int, int, in
 
 
 _linear: dict[tuple[str | None, str], tuple[float, float, float, float] | None] = {}
+
+
+def is_priced(model: str, provider: str | None = None) -> bool:
+    """Whether genai-prices knows ``model`` (cached, misses included; no exception raised)."""
+    try:
+        _resolve(model, provider)
+    except LookupError:
+        return False
+    return True
 
 
 def price_usage(usage: TokenUsage, model: str, provider: str | None = None) -> float:

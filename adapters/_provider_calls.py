@@ -1,0 +1,225 @@
+"""One provider request as a kernel step: planned, admitted before it is sent, settled once.
+
+Shared by every provider SDK adapter (OpenAI, Anthropic, LiteLLM, Google GenAI). An adapter turns
+the request it is about to send into a :class:`Plan` (operation, model, estimated input tokens,
+output limit); :func:`begin` reserves the plan's worst case from genai-prices (or the configured
+hint) and admits one ``llm`` step — or adopts the step a layer above already began (see
+:mod:`._provider_claims`) — and raises :class:`~veronica_mw.ExecutionHalted` before anything is
+sent when a limit refuses it. The returned :class:`ProviderCall` is settled exactly once, with the
+usage the provider reported, priced for the model it reported; SDK retries draw from the
+context's retry budget through :meth:`ProviderCall.retry`. No SDK is imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+from .. import CallNode, ExecutionContext, ExecutionHalted, TokenUsage, WrapOptions
+from .. import instrumentation as _instrumentation
+from ..kernel.context import PendingContext, current_context
+from ..kernel.pricing import price_usage
+from . import _provider_claims as claims
+
+_UNSET: Any = object()
+_current = current_context.get
+# A data URL or base64 blob (an image, a file) is not text: counted as this many tokens instead.
+_BLOB_TOKENS = 1000
+
+
+def context_now() -> ExecutionContext | None:
+    """The current execution context, if any (cheap when there is none: the pass-through path)."""
+    value = _current()
+    if value is None:
+        return None
+    if type(value) is PendingContext:
+        return value.resolve()
+    return value  # type: ignore[return-value]
+
+
+_BLOB = object()
+_MIME_KEYS = ("media_type", "mime_type", "mimeType")
+
+
+def _strings(value: Any, depth: int = 0) -> Iterator[Any]:
+    """The text in a request body (messages, contents); inline files and images as ``_BLOB``."""
+    if isinstance(value, str):
+        yield _BLOB if value.startswith("data:") and len(value) > 256 else value
+    elif depth > 12:
+        return
+    elif isinstance(value, Mapping):
+        if "data" in value and any(key in value for key in _MIME_KEYS):  # base64 image/file source
+            yield _BLOB
+            return
+        for item in value.values():
+            yield from _strings(item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item, depth + 1)
+    elif not isinstance(value, (bytes, int, float)) and value is not None:
+        fields = getattr(value, "__dict__", None)  # SDK objects (Gemini Content, pydantic messages)
+        if isinstance(fields, dict):
+            yield from _strings(fields, depth + 1)
+
+
+def text_tokens(*values: Any) -> int:
+    """Estimated tokens of the text in ``values``: characters / 4 rounded up, plus a flat
+    ``_BLOB_TOKENS`` per inline image or file."""
+    chars = 0
+    blobs = 0
+    for text in _strings(values):
+        if text is _BLOB:
+            blobs += 1
+        else:
+            chars += len(text)
+    return -(-chars // 4) + blobs * _BLOB_TOKENS
+
+
+def limit(body: Mapping[str, Any], *names: str) -> int:
+    """The request's own output limit (the first of ``names`` set), else the configured default."""
+    for name in names:
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return _instrumentation.settings.max_output_tokens
+
+
+Outcome = tuple[TokenUsage | None, str | None, int]  # usage, reported model, generated characters
+
+
+class Plan:
+    """What is about to be sent: enough to name the step and reserve its worst case."""
+
+    __slots__ = ("operation", "model", "provider", "input_tokens", "output_tokens")
+
+    def __init__(
+        self, operation: str, model: str | None, provider: str | None, input_tokens: int, output_tokens: int
+    ) -> None:
+        self.operation = operation
+        self.model = model
+        self.provider = provider  # genai-prices provider id ("openai", "anthropic", "google")
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+
+    def reservation(self) -> float:
+        """USD reserved before sending: the configured hint, else the worst case at the model's
+        prices (0 for a model genai-prices does not know)."""
+        hint = _instrumentation.settings.cost_estimate_hint
+        if hint is not None:
+            return hint
+        priced = price(TokenUsage(self.input_tokens, self.output_tokens), (self.model,), self.provider)
+        return priced[0] if priced is not None else 0.0
+
+
+def price(usage: TokenUsage, models: tuple[str | None, ...], provider: str | None) -> tuple[float, str] | None:
+    """Price ``usage`` for the first of ``models`` genai-prices knows (under ``provider``, then any)."""
+    for model in models:
+        if not model:
+            continue
+        for prov in (provider, None) if provider else (None,):
+            try:
+                return price_usage(usage, model, prov), model
+            except LookupError:
+                continue
+    return None
+
+
+class ProviderCall:
+    """The kernel step of one provider request; exactly one of the settle methods takes effect."""
+
+    __slots__ = ("ctx", "node", "plan", "retry_error")
+
+    def __init__(self, ctx: ExecutionContext, node: CallNode, plan: Plan) -> None:
+        self.ctx = ctx
+        self.node = node
+        self.plan = plan
+        self.retry_error: BaseException | None = None
+
+    def retry(self, exc: BaseException | None) -> None:
+        """The SDK is about to retry: draw one retry, or raise ExecutionHalted so it is not sent."""
+        self.retry_error = exc
+        ctx = self.ctx
+        ctx.check()
+        if not ctx.record_retry(exc):
+            raise ctx.halted_error()
+
+    def failed(self, exc: BaseException) -> None:
+        """The request raised (after the SDK's own retries, or a refused retry)."""
+        node = self.node
+        claims.unclaim(node)
+        if isinstance(exc, ExecutionHalted) and self.retry_error is not None:
+            node.fail(self.retry_error)  # attempts that all failed cost nothing; no retry left to draw
+        elif isinstance(exc, Exception):
+            node.fail(exc)
+        else:  # cancelled or interrupted in flight: it may have been billed
+            node.commit(cost_usd=node.reserved_usd)
+
+    def finish(self, outcome: Outcome, result: Any = _UNSET, *, complete: bool = True) -> None:
+        """Settle with what the provider reported. ``complete``: the response was read to its end,
+        so missing usage is estimated from the text; otherwise the reservation counts as spent."""
+        node = self.node
+        claims.unclaim(node)
+        if node.settled:
+            return
+        tokens, model, chars = outcome
+        plan = self.plan
+        if tokens is None and complete:
+            tokens = TokenUsage(plan.input_tokens, -(-chars // 4))
+            self.ctx.add_event(
+                "usage_estimated",
+                f"{plan.operation}: no usage reported; estimated {tokens.input_tokens} in, "
+                f"{tokens.output_tokens} out",
+                model=model or plan.model,
+            )
+        if tokens is None:
+            node.commit(cost_usd=node.reserved_usd)
+            return
+        priced = price(tokens, (model, plan.model), plan.provider)
+        node.tokens_in, node.tokens_out = tokens.input_tokens, tokens.output_tokens
+        node.model = priced[1] if priced is not None else (model or plan.model)
+        if priced is None:
+            self.ctx.add_event("unpriced", f"no price known for {node.model!r}; reserved hint kept", model=node.model)
+        cost = priced[0] if priced is not None else node.reserved_usd
+        if result is _UNSET:
+            node.commit(cost_usd=cost)
+        else:
+            node.commit(result, cost_usd=cost)
+
+    def abandon(self) -> None:
+        """Never read to the end and no usage known: the reservation counts as spent."""
+        self.finish((None, None, 0), complete=False)
+
+
+def _options(plan: Plan, hint: float) -> WrapOptions:
+    return WrapOptions(
+        operation_name=plan.operation, cost_estimate_hint=hint, model=plan.model, provider=plan.provider
+    )
+
+
+def begin(ctx: ExecutionContext, plan: Plan) -> ProviderCall:
+    """Admit the planned request as one step (or adopt the enclosing layer's); raise
+    ExecutionHalted, with nothing sent, when a limit refuses it."""
+    estimate = plan.reservation()  # priced here, never under the context's lock
+    found = claims.enclosing(ctx)
+    if found is not None:
+        node = found if isinstance(found, CallNode) else ctx.begin_call("llm", _options(plan, estimate), key=found)
+        if claims.claim(node):
+            try:
+                node.add_reservation(max(0.0, estimate - node.reserved_usd))
+            except ExecutionHalted:
+                claims.unclaim(node)
+                node.release()  # never sent: the step the layer above began is given back
+                raise
+            return ProviderCall(ctx, node, plan)
+    return ProviderCall(ctx, ctx.begin_call("llm", _options(plan, estimate)), plan)
+
+
+active: ContextVar[ProviderCall | None] = ContextVar("veronica_mw_provider_call", default=None)
+
+
+def retrying(exc: BaseException | None) -> None:
+    """Called by an SDK patch right before the SDK waits for and sends a retry."""
+    call = active.get()
+    if call is not None:
+        call.retry(exc)

@@ -1,0 +1,101 @@
+"""Which kernel step a provider request belongs to when a layer above it already counted the call.
+
+One model call is one step however many layers see it. A request the OpenAI SDK is about to send
+may run underneath a layer that already began a step for it: LiteLLM's ``completion`` (which
+calls the OpenAI SDK), a LangChain chat model run, a LlamaIndex LLM event, a CrewAI LLM call.
+The provider instrumentation adopts that step instead of beginning another, and settles it with
+the usage the provider reported. Two ways to find it:
+
+- an *offer*: the layer above publishes its node in a ContextVar for the duration of the call
+  (:func:`offered`); the first request underneath, in the same context, takes it, and the layer
+  above learns from ``Offer.taken`` that settling is no longer its job;
+- a *finder*: a framework adapter registers a function (:func:`register`) that names the step
+  of the run enclosing the request, as the node itself or as the key it was begun with (the
+  kernel hands back the open node for that key).
+
+Each step is adopted by one request at a time (:func:`claim`): a second request made under the
+same layer-above call while the first one is in flight begins a step of its own, so requests
+are never counted fewer than they were sent. No framework is imported here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from .. import CallNode, ExecutionContext
+
+Finder = Callable[[ExecutionContext], "CallNode | Hashable | None"]
+
+
+class Offer:
+    """A step offered to the first provider request underneath (see :func:`offered`)."""
+
+    __slots__ = ("node", "taken")
+
+    def __init__(self, node: CallNode) -> None:
+        self.node = node
+        self.taken = False
+
+
+_offer: ContextVar[Offer | None] = ContextVar("veronica_mw_provider_offer", default=None)
+_finders: tuple[Finder, ...] = ()
+_lock = threading.Lock()
+_claimed: dict[int, CallNode] = {}  # id(node) -> node while a provider request holds it
+
+
+@contextmanager
+def offered(node: CallNode) -> Iterator[Offer]:
+    """Offer ``node`` to the provider request made inside this block (in this thread or task)."""
+    offer = Offer(node)
+    token = _offer.set(offer)
+    try:
+        yield offer
+    finally:
+        _offer.reset(token)
+
+
+def register(finder: Finder) -> None:
+    """Consult ``finder(ctx)`` for every provider request made inside a context (idempotent)."""
+    global _finders
+    with _lock:
+        if finder not in _finders:
+            _finders = (*_finders, finder)
+
+
+def unregister(finder: Finder) -> None:
+    global _finders
+    with _lock:
+        _finders = tuple(f for f in _finders if f is not finder)
+
+
+def enclosing(ctx: ExecutionContext) -> CallNode | Hashable | None:
+    """The step (node or kernel key) of the layer above the request about to be sent, if any."""
+    offer = _offer.get()
+    if offer is not None and not offer.taken and offer.node.context is ctx and offer.node.kind == "llm":
+        with _lock:
+            if not offer.taken:
+                offer.taken = True
+                return offer.node
+    for finder in _finders:
+        found = finder(ctx)
+        if found is not None:
+            return found
+    return None
+
+
+def claim(node: CallNode) -> bool:
+    """Hold ``node`` for one provider request; False if another request holds it already."""
+    with _lock:
+        if id(node) in _claimed or node.settled:
+            return False
+        _claimed[id(node)] = node
+        return True
+
+
+def unclaim(node: CallNode) -> None:
+    with _lock:
+        if _claimed.get(id(node)) is node:
+            del _claimed[id(node)]

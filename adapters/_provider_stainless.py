@@ -1,0 +1,210 @@
+"""Instrument a Stainless-generated SDK (``openai``, ``anthropic``): one patch point per concern.
+
+Every call shape of these SDKs — ``create`` (plain or ``stream=True``), ``parse``, the ``.stream()``
+helpers, ``.with_raw_response``/``.with_streaming_response``, ``beta.*`` — ends in the client's
+``request(cast_to, options, stream=..., stream_cls=...)``, which holds the body about to be sent
+and runs the SDK's retry loop. So:
+
+- ``SyncAPIClient.request``/``AsyncAPIClient.request``: outside a context, straight through;
+  inside, the adapter's :class:`Endpoints` plans the request (None: not a model request, e.g.
+  listing files), the step is admitted before the first byte is sent, and the returned value —
+  unchanged — is settled now (a parsed response), when its stream ends (a ``Stream``), or when it
+  is parsed (a raw-response wrapper);
+- ``_sleep_for_retry``: runs right before each SDK retry is sent; it draws one retry from the
+  context's budget or raises :class:`~veronica_mw.ExecutionHalted` (both SDKs let it propagate
+  from there, unlike from their HTTP transport, whose errors anthropic wraps and retries);
+- ``Stream.close``/``AsyncStream.close`` and the helper streams' ``close``: settle on close;
+- ``parse()`` of the raw-response wrappers: hand over the stream or response inside.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+from . import _provider_streams as streams
+from ._provider_calls import Outcome, Plan, ProviderCall, active, begin, context_now, retrying
+from ._provider_patch import Patches, attr
+
+logger = logging.getLogger("veronica_mw.adapters")
+
+
+class Endpoint(NamedTuple):
+    """How the responses of one API path are read."""
+
+    outcome: Callable[[Any], Outcome]  # a parsed response (or its JSON dict) -> usage, model, chars
+    meter: Callable[[], streams.Meter]  # a fresh meter for one stream of this path
+
+
+class Endpoints(Protocol):
+    def plan(self, options: Any) -> tuple[Plan, Endpoint] | None:
+        """The plan of the request ``options`` describes, or None when it is no model request."""
+
+
+def _settle(call: ProviderCall, endpoint: Endpoint, result: Any, stream: bool, sdk: SDK) -> None:
+    try:
+        if isinstance(result, sdk.stream_types):
+            streams.observe(call, result, endpoint.meter())
+        elif isinstance(result, sdk.raw_types):
+            streams.settle_raw(call, result, stream, endpoint.meter, endpoint.outcome)
+        else:
+            call.finish(endpoint.outcome(result), result)
+    except Exception:  # our own failure must never break the caller's request
+        logger.exception("veronica_mw: could not settle %s; its reservation is kept", call.plan.operation)
+        call.abandon()
+
+
+def load(module: Any, *names: str) -> None:
+    """Import the SDK's private modules that hold patched classes (absent in some versions)."""
+    for name in names:
+        try:
+            importlib.import_module(f"{module.__name__}.{name}")
+        except ImportError:
+            continue
+
+
+class SDK:
+    """The classes of one Stainless SDK that are patched (resolved with ``attr``; missing: skipped)."""
+
+    def __init__(self, module: Any, endpoints: Endpoints) -> None:
+        self.endpoints = endpoints
+        base = attr(module, "_base_client")
+        self.sync_client = attr(base, "SyncAPIClient")
+        self.async_client = attr(base, "AsyncAPIClient")
+        found = [attr(module, f"_streaming.{name}") for name in ("Stream", "AsyncStream")]
+        self.stream_types: tuple[type, ...] = tuple(t for t in found if isinstance(t, type))
+        paths = ("_response.APIResponse", "_response.AsyncAPIResponse", "_legacy_response.LegacyAPIResponse")
+        raws = [attr(module, path) for path in paths]
+        self.raw_types: tuple[type, ...] = tuple(t for t in raws if isinstance(t, type))
+
+
+def _sync_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
+    def make(original: Any) -> Callable[..., Any]:
+        def request(self: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
+            ctx = context_now()
+            if ctx is None:
+                return original(self, cast_to, options, *args, **kwargs)
+            planned = sdk.endpoints.plan(options)
+            if planned is None:
+                return original(self, cast_to, options, *args, **kwargs)
+            plan, endpoint = planned
+            call = begin(ctx, plan)  # ExecutionHalted here: nothing was sent
+            token = active.set(call)
+            try:
+                result = original(self, cast_to, options, *args, **kwargs)
+            except BaseException as exc:
+                call.failed(exc)
+                raise
+            finally:
+                active.reset(token)
+            _settle(call, endpoint, result, bool(kwargs.get("stream")), sdk)
+            return result
+
+        return request
+
+    return make
+
+
+def _async_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
+    def make(original: Any) -> Callable[..., Any]:
+        async def request(self: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
+            ctx = context_now()
+            if ctx is None:
+                return await original(self, cast_to, options, *args, **kwargs)
+            planned = sdk.endpoints.plan(options)
+            if planned is None:
+                return await original(self, cast_to, options, *args, **kwargs)
+            plan, endpoint = planned
+            call = begin(ctx, plan)
+            token = active.set(call)
+            try:
+                result = await original(self, cast_to, options, *args, **kwargs)
+            except BaseException as exc:
+                call.failed(exc)
+                raise
+            finally:
+                active.reset(token)
+            _settle(call, endpoint, result, bool(kwargs.get("stream")), sdk)
+            return result
+
+        return request
+
+    return make
+
+
+def _sleep(original: Any) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(original):
+
+        async def asleep(self: Any, *args: Any, **kwargs: Any) -> Any:
+            retrying(sys.exc_info()[1])  # before the wait: a refused retry is not even waited for
+            return await original(self, *args, **kwargs)
+
+        return asleep
+
+    def sleep(self: Any, *args: Any, **kwargs: Any) -> Any:
+        retrying(sys.exc_info()[1])
+        return original(self, *args, **kwargs)
+
+    return sleep
+
+
+def _close(original: Any) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(original):
+
+        async def aclose(self: Any) -> Any:
+            try:
+                return await original(self)
+            finally:
+                streams.closed(self)
+
+        return aclose
+
+    def close(self: Any) -> Any:
+        try:
+            return original(self)
+        finally:
+            streams.closed(self)
+
+    return close
+
+
+def _parse(original: Any) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(original):
+
+        async def aparse(self: Any, *args: Any, **kwargs: Any) -> Any:
+            result = await original(self, *args, **kwargs)
+            if streams._raw:  # only raw wrappers returned inside a context are pending
+                streams.parsed(self, result)
+            return result
+
+        return aparse
+
+    def parse(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if streams._raw:
+            streams.parsed(self, result)
+        return result
+
+    return parse
+
+
+def patch(sdk: SDK, module: Any, helper_streams: tuple[Any, ...]) -> Patches:
+    """Apply every patch (see the module docstring); returns them for undo. ``helper_streams``:
+    the SDK's helper stream classes whose ``close`` does not go through ``Stream.close``."""
+    patches = Patches()
+    patches.wrap(sdk.sync_client, "request", _sync_request(sdk))
+    patches.wrap(sdk.async_client, "request", _async_request(sdk))
+    for client in (sdk.sync_client, sdk.async_client):
+        patches.wrap(client, "_sleep_for_retry", _sleep)
+    for stream_type in sdk.stream_types:
+        patches.wrap(stream_type, "close", _close)
+    for helper in helper_streams:
+        if isinstance(helper, type):
+            patches.wrap(helper, "close", _close)
+    for raw in sdk.raw_types:
+        patches.wrap(raw, "parse", _parse)
+    return patches

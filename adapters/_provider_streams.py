@@ -1,0 +1,280 @@
+"""Settle a provider stream when it ends, is closed, is garbage-collected or its context ends.
+
+The SDK's stream object is returned unchanged — same class, same ``with``/``.response``/helpers.
+Only its private item iterator (``_iterator``, which both ``__iter__`` and ``__next__`` of the
+Stainless SDKs' ``Stream`` read, and LiteLLM's wrappers iterate) is replaced by a transparent one
+that feeds each item to a :class:`Meter` on its way to the caller. The step is settled:
+
+- at exhaustion, with the usage the stream reported (or, when it reported none, an estimate from
+  the text it carried: the request was read to its end);
+- on ``close()``/``__exit__``, an error mid-stream, garbage collection (``weakref.finalize``) or
+  the end of its execution context (LiteLLM's stream wrappers may never be collected): with the
+  final usage if it had already arrived, else the reservation is kept as spent — never $0.
+
+Raw-response wrappers (``.with_raw_response`` of a stream, ``.with_streaming_response``) are held
+the same way until ``parse()`` hands over the stream or the parsed response. No SDK is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from .. import ExecutionContext, Observer, add_observer, remove_observer
+from ._provider_calls import Outcome, ProviderCall
+
+
+class Meter:
+    """What one stream reported so far; SDK adapters subclass it and implement :meth:`feed`."""
+
+    __slots__ = ("tokens", "model", "chars", "final")
+
+    def __init__(self) -> None:
+        self.tokens: Any = None  # TokenUsage once reported
+        self.model: str | None = None
+        self.chars = 0  # characters of generated text seen (for an estimate when no usage comes)
+        self.final = False  # the usage reported is the final one
+
+    def feed(self, item: Any) -> None:
+        raise NotImplementedError
+
+    def outcome(self) -> Outcome:
+        return self.tokens, self.model, self.chars
+
+
+_lock = threading.Lock()
+_open: dict[ExecutionContext, set[Pending]] = {}
+_raw: weakref.WeakKeyDictionary[Any, RawPending] = weakref.WeakKeyDictionary()
+
+
+class _Reaper(Observer):
+    def context_ended(self, ctx: ExecutionContext) -> None:
+        with _lock:
+            pending = list(_open.get(ctx, ()))
+        for item in pending:
+            item.stop()
+
+
+# Registered only while some stream is open, so contexts pay for no observer the rest of the time.
+_reaper = _Reaper()
+
+
+class Pending:
+    """A step whose response is still being read; settled once by :meth:`end` or :meth:`stop`."""
+
+    __slots__ = ("call", "finalizer", "done", "__weakref__")
+
+    def __init__(self, call: ProviderCall, owner: Any) -> None:
+        self.call = call
+        self.done = False
+        with _lock:
+            if not _open:
+                add_observer(_reaper)
+            _open.setdefault(call.ctx, set()).add(self)
+        self.finalizer: weakref.finalize[Any, Any] = weakref.finalize(owner, self.stop)
+
+    def _take(self) -> bool:
+        with _lock:
+            if self.done:
+                return False
+            self.done = True
+            held = _open.get(self.call.ctx)
+            if held is not None:
+                held.discard(self)
+                if not held:
+                    del _open[self.call.ctx]
+                    if not _open:
+                        remove_observer(_reaper)
+        self.finalizer.detach()
+        return True
+
+    def end(self) -> None:
+        """Read to the end."""
+
+    def stop(self) -> None:
+        """Closed, abandoned or failed before the end."""
+
+
+class StreamPending(Pending):
+    __slots__ = ("meter",)
+
+    def __init__(self, call: ProviderCall, owner: Any, meter: Meter) -> None:
+        super().__init__(call, owner)
+        self.meter = meter
+
+    def end(self) -> None:
+        if self._take():
+            self.call.finish(self.meter.outcome())
+
+    def stop(self) -> None:
+        if self._take():
+            if self.meter.final:
+                self.call.finish(self.meter.outcome(), complete=False)
+            else:
+                self.call.abandon()
+
+
+class Observed:
+    """The replacement ``_iterator`` of a sync stream."""
+
+    __slots__ = ("inner", "pending")
+
+    def __init__(self, inner: Iterator[Any], pending: StreamPending) -> None:
+        self.inner = inner
+        self.pending = pending
+
+    def __iter__(self) -> Observed:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            item = next(self.inner)
+        except StopIteration:
+            self.pending.end()
+            raise
+        except BaseException:
+            self.pending.stop()
+            raise
+        self.pending.meter.feed(item)
+        return item
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+        self.pending.stop()
+
+
+class AsyncObserved:
+    """The replacement ``_iterator`` of an async stream."""
+
+    __slots__ = ("inner", "pending")
+
+    def __init__(self, inner: AsyncIterator[Any], pending: StreamPending) -> None:
+        self.inner = inner
+        self.pending = pending
+
+    def __aiter__(self) -> AsyncObserved:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            item = await self.inner.__anext__()
+        except StopAsyncIteration:
+            self.pending.end()
+            raise
+        except BaseException:
+            self.pending.stop()
+            raise
+        self.pending.meter.feed(item)
+        return item
+
+    async def aclose(self) -> None:
+        aclose = getattr(self.inner, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        self.pending.stop()
+
+
+def observe(call: ProviderCall, stream: Any, meter: Meter, attr: str = "_iterator") -> None:
+    """Meter ``stream`` (an SDK stream object, left as it is) and settle ``call`` when it ends."""
+    inner = getattr(stream, attr, None)
+    if inner is None:  # API drift: cannot watch it, so it may cost its full reservation
+        call.abandon()
+        return
+    pending = StreamPending(call, stream, meter)
+    wrapper = AsyncObserved(inner, pending) if hasattr(inner, "__anext__") else Observed(inner, pending)
+    setattr(stream, attr, wrapper)
+
+
+def pending_of(stream: Any) -> StreamPending | None:
+    """The pending step of an observed stream, or of a helper stream wrapping one (``_raw_stream``)."""
+    for holder in (stream, getattr(stream, "_raw_stream", None)):
+        inner = getattr(holder, "_iterator", None) if holder is not None else None
+        if isinstance(inner, (Observed, AsyncObserved)):
+            return inner.pending
+    return None
+
+
+def closed(stream: Any) -> None:
+    """An SDK stream (or helper stream) was closed: settle it unless it already ended."""
+    pending = pending_of(stream)
+    if pending is not None:
+        pending.stop()
+
+
+class RawPending(Pending):
+    """A raw-response wrapper whose body was not parsed yet (``with_raw_response`` of a stream,
+    ``with_streaming_response``)."""
+
+    __slots__ = ("http", "stream", "meter_for", "outcome_of")
+
+    def __init__(
+        self,
+        call: ProviderCall,
+        wrapper: Any,
+        stream: bool,
+        meter_for: Callable[[], Meter],
+        outcome_of: Callable[[Any], Outcome],
+    ) -> None:
+        super().__init__(call, wrapper)
+        self.http = getattr(wrapper, "http_response", None)  # kept: the body may be read later
+        self.stream = stream
+        self.meter_for = meter_for
+        self.outcome_of = outcome_of
+        with _lock:
+            _raw[wrapper] = self
+
+    def parsed(self, result: Any) -> None:
+        """``parse()`` returned ``result``: a stream to watch, or the response to settle with."""
+        if not self._take():
+            return
+        if hasattr(result, "_iterator") and hasattr(result, "response"):
+            observe(self.call, result, self.meter_for())
+        else:
+            self.call.finish(self.outcome_of(result), result)
+
+    def stop(self) -> None:
+        if not self._take():
+            return
+        body = None if self.stream else _read_json(self.http)
+        if body is not None:
+            self.call.finish(self.outcome_of(body))
+        else:
+            self.call.abandon()
+
+
+def _read_json(http: Any) -> Any:
+    """The JSON body of an httpx response if it has been read, else None (never reads it)."""
+    if http is None or not getattr(http, "is_stream_consumed", False):
+        return None
+    try:
+        return json.loads(http.content)
+    except Exception:  # not read into memory (iterated), or not JSON
+        return None
+
+
+def settle_raw(
+    call: ProviderCall,
+    wrapper: Any,
+    stream: bool,
+    meter_for: Callable[[], Meter],
+    outcome_of: Callable[[Any], Outcome],
+) -> None:
+    """Settle a raw-response wrapper now if its JSON body is in memory, else when it is parsed."""
+    body = None if stream else _read_json(getattr(wrapper, "http_response", None))
+    if body is not None:
+        call.finish(outcome_of(body))
+    else:
+        RawPending(call, wrapper, stream, meter_for, outcome_of)
+
+
+def parsed(wrapper: Any, result: Any) -> None:
+    """Called by the SDK patch after ``wrapper.parse()`` returned ``result``."""
+    with _lock:
+        pending = _raw.pop(wrapper, None)
+    if pending is not None:
+        pending.parsed(result)

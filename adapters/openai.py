@@ -1,0 +1,231 @@
+"""OpenAI SDK instrumentation: every model request made inside an execution context is one step.
+
+``veronica_mw.instrument("openai")`` (or any middleware, or ``veronica-mw run``) patches the SDK
+once, process-wide; outside a context a call passes straight through. Inside one, each request to
+``/chat/completions`` (``create``, ``stream=True``, ``parse``, ``.stream()``), ``/responses``
+(``create``, ``stream``, ``parse``), ``/embeddings`` and ``/completions`` — sync or async, plain or
+through ``.with_raw_response``/``.with_streaming_response`` — is admitted before it is sent, with
+its worst case reserved (estimated prompt tokens plus ``max_completion_tokens``/``max_tokens``/
+``max_output_tokens``, or the configured default, times ``n``), and settled with the usage the
+API reported. The SDK's retries each draw one retry from ``max_retries_total``. Requests are
+never changed: no ``stream_options`` is added, so a stream that reports no usage is settled with
+an estimate from its text. How the SDK is hooked: :mod:`._provider_stainless`. Tested with
+openai 2.x and 3.x.
+"""
+
+from __future__ import annotations
+
+from .. import MissingFrameworkError
+
+try:
+    import openai as _openai
+except ImportError as exc:
+    raise MissingFrameworkError("openai", "openai", exc) from exc
+
+import importlib
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ..kernel.pricing import TokenUsage, usage_from_mapping
+from . import _provider_stainless as stainless
+from ._provider_calls import Outcome, Plan, limit, text_tokens
+from ._provider_patch import Patches
+from ._provider_streams import Meter
+
+__all__ = ["instrument", "instrumented", "uninstrument"]
+
+PROVIDER = "openai"  # genai-prices provider id; other providers are tried for unknown models
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _model(obj: Any) -> str | None:
+    model = _get(obj, "model")
+    return model if isinstance(model, str) and model else None
+
+
+def _usage(obj: Any) -> TokenUsage | None:
+    raw = _get(obj, "usage")
+    return usage_from_mapping(raw) if raw is not None else None
+
+
+# -- chat completions -----------------------------------------------------------------------------
+
+
+def _chat_outcome(result: Any) -> Outcome:
+    chars = 0
+    for choice in _get(result, "choices") or ():
+        content = _get(_get(choice, "message"), "content")
+        chars += len(content) if isinstance(content, str) else 0
+    return _usage(result), _model(result), chars
+
+
+class _ChatMeter(Meter):
+    __slots__ = ()
+
+    def feed(self, chunk: Any) -> None:
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:  # only when the caller asked for it (stream_options.include_usage)
+            self.tokens = usage_from_mapping(usage)
+            self.final = self.tokens is not None
+        if self.model is None:
+            self.model = _model(chunk)
+        for choice in getattr(chunk, "choices", None) or ():
+            content = getattr(getattr(choice, "delta", None), "content", None)
+            if isinstance(content, str):
+                self.chars += len(content)
+
+
+# -- Responses API --------------------------------------------------------------------------------
+
+
+def _responses_outcome(result: Any) -> Outcome:
+    text = getattr(result, "output_text", None) if not isinstance(result, Mapping) else None
+    if not isinstance(text, str):
+        text = "".join(
+            part.get("text", "")
+            for item in (_get(result, "output") or ())
+            if isinstance(item, Mapping)
+            for part in item.get("content") or ()
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        )
+    return _usage(result), _model(result), len(text)
+
+
+_FINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class _ResponsesMeter(Meter):
+    __slots__ = ()
+
+    def feed(self, event: Any) -> None:
+        kind = getattr(event, "type", None)
+        if kind == "response.output_text.delta":
+            delta = getattr(event, "delta", None)
+            self.chars += len(delta) if isinstance(delta, str) else 0
+        elif kind in _FINAL_EVENTS or kind == "response.created":
+            response = getattr(event, "response", None)
+            self.model = _model(response) or self.model
+            if kind in _FINAL_EVENTS:
+                self.tokens = _usage(response)
+                self.final = self.tokens is not None
+
+
+# -- embeddings and legacy completions ------------------------------------------------------------
+
+
+def _embeddings_outcome(result: Any) -> Outcome:
+    return _usage(result), _model(result), 0
+
+
+def _completions_outcome(result: Any) -> Outcome:
+    chars = sum(len(_get(c, "text") or "") for c in (_get(result, "choices") or ()))
+    return _usage(result), _model(result), chars
+
+
+class _CompletionsMeter(_ChatMeter):
+    __slots__ = ()
+
+    def feed(self, chunk: Any) -> None:
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self.tokens = usage_from_mapping(usage)
+            self.final = self.tokens is not None
+        self.model = self.model or _model(chunk)
+        for choice in getattr(chunk, "choices", None) or ():
+            text = getattr(choice, "text", None)
+            self.chars += len(text) if isinstance(text, str) else 0
+
+
+class _NoStream(Meter):
+    __slots__ = ()
+
+    def feed(self, item: Any) -> None:
+        pass
+
+
+_CHAT = stainless.Endpoint(_chat_outcome, _ChatMeter)
+_RESPONSES = stainless.Endpoint(_responses_outcome, _ResponsesMeter)
+_EMBEDDINGS = stainless.Endpoint(_embeddings_outcome, _NoStream)
+_COMPLETIONS = stainless.Endpoint(_completions_outcome, _CompletionsMeter)
+
+
+def _choices(body: Mapping[str, Any]) -> int:
+    n = body.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+
+
+class _Endpoints:
+    """Which OpenAI requests are model requests, and what each may cost at most.
+
+    The request's model and its reservation are computed here and only here (a downgrade that
+    swaps the model must change both)."""
+
+    def plan(self, options: Any) -> tuple[Plan, stainless.Endpoint] | None:
+        if str(getattr(options, "method", "")).lower() != "post":
+            return None
+        url = str(getattr(options, "url", "")).split("?", 1)[0].rstrip("/")
+        body = getattr(options, "json_data", None)
+        if not isinstance(body, Mapping):
+            return None
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        if url.endswith("/chat/completions"):
+            output = limit(body, "max_completion_tokens", "max_tokens") * _choices(body)
+            tokens_in = text_tokens(body.get("messages"), body.get("tools"))
+            return Plan("openai.chat.completions", model, PROVIDER, tokens_in, output), _CHAT
+        if url.endswith("/responses"):
+            tokens_in = text_tokens(body.get("input"), body.get("instructions"), body.get("tools"))
+            output = limit(body, "max_output_tokens")
+            return Plan("openai.responses", model, PROVIDER, tokens_in, output), _RESPONSES
+        if url.endswith("/embeddings"):
+            return Plan("openai.embeddings", model, PROVIDER, text_tokens(body.get("input")), 0), _EMBEDDINGS
+        if url.endswith("/completions"):
+            output = limit(body, "max_tokens") * _choices(body)
+            tokens_in = text_tokens(body.get("prompt"))
+            return Plan("openai.completions", model, PROVIDER, tokens_in, output), _COMPLETIONS
+        return None
+
+
+_HELPERS = (
+    "lib.streaming.chat._completions.ChatCompletionStream",
+    "lib.streaming.chat._completions.AsyncChatCompletionStream",
+    "lib.streaming.responses._responses.ResponseStream",
+    "lib.streaming.responses._responses.AsyncResponseStream",
+)
+
+_lock = threading.Lock()
+_patches: Patches | None = None
+
+
+def _helper(path: str) -> Any:
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(f"openai.{module}"), name, None)
+    except ImportError:  # helper streams moved or absent in this version: Stream.close still settles
+        return None
+
+
+def instrument() -> None:
+    """Patch the OpenAI SDK (idempotent); see the module docstring."""
+    global _patches
+    with _lock:
+        if _patches is None:
+            stainless.load(_openai, "_base_client", "_streaming", "_response", "_legacy_response")
+            sdk = stainless.SDK(_openai, _Endpoints())
+            _patches = stainless.patch(sdk, _openai, tuple(_helper(p) for p in _HELPERS))
+
+
+def uninstrument() -> None:
+    """Restore the OpenAI SDK (idempotent); streams already open still settle."""
+    global _patches
+    with _lock:
+        if _patches is not None:
+            _patches.undo()
+            _patches = None
+
+
+def instrumented() -> bool:
+    return _patches is not None
