@@ -31,11 +31,11 @@ _BLOB_TOKENS = 1000
 def context_now() -> ExecutionContext | None:
     """The current execution context, if any (cheap when there is none: the pass-through path)."""
     value = _current()
-    if value is None:
-        return None
-    if type(value) is PendingContext:
+    if value is None or type(value) is ExecutionContext:
+        return value
+    if isinstance(value, PendingContext):  # a middleware's request context, built on first use
         return value.resolve()
-    return value  # type: ignore[return-value]
+    return value
 
 
 _BLOB = object()
@@ -112,7 +112,9 @@ class Plan:
         return priced[0] if priced is not None else 0.0
 
 
-def price(usage: TokenUsage, models: tuple[str | None, ...], provider: str | None) -> tuple[float, str] | None:
+def price(
+    usage: TokenUsage, models: tuple[str | None, ...], provider: str | None
+) -> tuple[float, str] | None:
     """Price ``usage`` for the first of ``models`` genai-prices knows (under ``provider``, then any)."""
     for model in models:
         if not model:
@@ -179,7 +181,9 @@ class ProviderCall:
         node.tokens_in, node.tokens_out = tokens.input_tokens, tokens.output_tokens
         node.model = priced[1] if priced is not None else (model or plan.model)
         if priced is None:
-            self.ctx.add_event("unpriced", f"no price known for {node.model!r}; reserved hint kept", model=node.model)
+            self.ctx.add_event(
+                "unpriced", f"no price known for {node.model!r}; reserved hint kept", model=node.model
+            )
         cost = priced[0] if priced is not None else node.reserved_usd
         if result is _UNSET:
             node.commit(cost_usd=cost)
@@ -203,7 +207,11 @@ def begin(ctx: ExecutionContext, plan: Plan) -> ProviderCall:
     estimate = plan.reservation()  # priced here, never under the context's lock
     found = claims.enclosing(ctx)
     if found is not None:
-        node = found if isinstance(found, CallNode) else ctx.begin_call("llm", _options(plan, estimate), key=found)
+        node = (
+            found
+            if isinstance(found, CallNode)
+            else ctx.begin_call("llm", _options(plan, estimate), key=found)
+        )
         if claims.claim(node):
             try:
                 node.add_reservation(max(0.0, estimate - node.reserved_usd))

@@ -59,7 +59,9 @@ def tokens(usage: Any, base: TokenUsage | None = None) -> TokenUsage | None:
         total_in = _count(fresh) + cache_read + cache_write
     else:
         total_in = previous.input_tokens
-    return TokenUsage(total_in, _count(out) if out is not None else previous.output_tokens, cache_read, cache_write)
+    return TokenUsage(
+        total_in, _count(out) if out is not None else previous.output_tokens, cache_read, cache_write
+    )
 
 
 def _model(obj: Any) -> str | None:

@@ -12,7 +12,8 @@ Two ways in (use one; if both are present the outer one owns the request and the
 path); ``default_config`` (an ``ExecutionConfig`` or a dict of limits), ``exclude_paths``,
 ``budget_pool``, ``circuit_breaker`` and ``audit`` (a :class:`veronica_mw.AuditLog`) -- objects or
 dotted paths -- and ``usage_headers``; ``checks`` and ``policies`` (lists of objects or dotted paths:
-output checks, runtime policies).
+output checks, runtime policies); ``instrument`` (default ``True``: provider SDK calls made while a
+request is served are contained; see ``veronica_mw.instrument()``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised by the missing-framework test
     raise MissingFrameworkError("Django", "django", _exc, module="veronica_mw.adapters.django") from _exc
 
+from ..instrumentation import instrument
 from ..kernel.circuit_breaker import CircuitBreaker
 from ..kernel.config import ExecutionConfig
 from ..kernel.context import current_context
@@ -53,7 +55,7 @@ __all__ = ["VeronicaMiddleware", "middleware_options", "wrap_wsgi_application"]
 _LIMITS = ("max_cost_usd", "max_steps", "max_retries_total", "timeout_ms")
 _OPTIONS = (
     "config", "default_config", "exclude_paths", "budget_pool", "usage_headers", "circuit_breaker", "checks",
-    "policies", "audit",
+    "policies", "audit", "instrument",
 )  # fmt: skip
 
 
@@ -120,6 +122,7 @@ def middleware_options() -> dict[str, Any]:
         context_options(options["checks"], options["policies"])
     except (TypeError, ValueError) as exc:
         raise ImproperlyConfigured(f"settings.VERONICA checks/policies: {exc}") from exc
+    options["instrument"] = bool(raw.get("instrument", True))
     return options
 
 
@@ -189,6 +192,8 @@ class VeronicaMiddleware:
         self._breaker = options["circuit_breaker"]
         self._options = context_options(options["checks"], options["policies"], options["audit"])
         self._audit: tuple[Observer, ...] = (options["audit"],) if options["audit"] is not None else ()
+        if options["instrument"]:
+            instrument()
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         meta = request.META

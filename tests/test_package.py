@@ -29,6 +29,12 @@ FRAMEWORKS = [
     "django",
     "redis",
     "uvicorn",
+    "openai",
+    "anthropic",
+    "litellm",
+    "google.genai",
+    "mcp",
+    "fastmcp",
 ]
 
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import threading
 from dataclasses import dataclass, replace
+from types import ModuleType
 from typing import NamedTuple
 
+from . import _post_import
 from .kernel._validate import check_int, check_number
 from .kernel.exceptions import MissingFrameworkError
 
@@ -49,8 +52,9 @@ class ProviderSettings:
 
 settings = ProviderSettings()
 
-_lock = threading.Lock()
-_active: list[str] = []
+logger = logging.getLogger("veronica_mw")
+_lock = threading.RLock()  # RLock: a hook runs at once, under it, when its SDK is already imported
+_active: dict[str, _Hook] = {}  # requested SDKs, in order; patched once imported
 
 
 def installed(name: str) -> bool:
@@ -67,6 +71,9 @@ def instrument(
 ) -> tuple[str, ...]:
     """Instrument the named SDKs (default: every known one that is installed); return the names
     instrumented by this call or earlier. Idempotent; :func:`uninstrument` undoes everything.
+
+    An SDK the application has not imported yet is patched right after it is imported, so this
+    never imports an SDK itself (building a middleware stays cheap).
 
     ``max_output_tokens`` and ``cost_estimate_hint``, when given, replace the process-wide
     :class:`ProviderSettings` (see there); omitted, the current ones stay.
@@ -91,18 +98,45 @@ def instrument(
             entry = INSTRUMENTORS[name]
             if not installed(name):
                 raise MissingFrameworkError(name, entry.extra, module=f"veronica_mw.adapters.{entry.module}")
-            adapter = importlib.import_module(f"veronica_mw.adapters.{entry.module}")
-            adapter.instrument()
-            _active.append(name)
+            hook = _Hook(name, strict=bool(names))
+            _active[name] = hook
+            # Patched now if the application imported the SDK already, else right after it does.
+            _post_import.when_imported(entry.sdk, hook)
         return tuple(_active)
 
 
+class _Hook:
+    """Imports the adapter of one SDK and patches it (once). Explicitly named SDKs raise adapter
+    errors; the default set logs them (a middleware must not fail over an SDK it may not use)."""
+
+    def __init__(self, name: str, strict: bool) -> None:
+        self.name = name
+        self.strict = strict
+        self.adapter: ModuleType | None = None
+
+    def __call__(self) -> None:
+        entry = INSTRUMENTORS[self.name]
+        try:
+            adapter = importlib.import_module(f"veronica_mw.adapters.{entry.module}")
+            adapter.instrument()
+        except Exception:
+            if self.strict:
+                with _lock:
+                    _active.pop(self.name, None)
+                raise
+            logger.exception("veronica_mw: could not instrument %s; its calls are not contained", self.name)
+            return
+        self.adapter = adapter
+
+
 def uninstrument() -> None:
-    """Restore every SDK patched by :func:`instrument`."""
+    """Restore every SDK patched by :func:`instrument` (and forget those not imported yet)."""
     with _lock:
         while _active:
-            entry = INSTRUMENTORS[_active.pop()]
-            importlib.import_module(f"veronica_mw.adapters.{entry.module}").uninstrument()
+            _, hook = _active.popitem()
+            _post_import.cancel(hook)
+            if hook.adapter is not None:
+                hook.adapter.uninstrument()
 
 
 def instrumented() -> tuple[str, ...]:

@@ -124,7 +124,9 @@ class FakeProvider:
     def start(self) -> FakeProvider:
         server = _Server(("127.0.0.1", 0), _handler_for(self))
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, args=(0.02,), name="fake-provider", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(0.02,), name="fake-provider", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -314,7 +316,9 @@ class _Handler(BaseHTTPRequestHandler):
         if route is None and gemini is None:
             self._send_json(404, {"error": {"message": f"no route {path}"}})
             return
-        headers = {k.lower(): v for k, v in self.headers.items() if k.lower() not in ("authorization", "x-api-key")}
+        headers = {
+            k.lower(): v for k, v in self.headers.items() if k.lower() not in ("authorization", "x-api-key")
+        }
         status = self.fake._admit(path, parts.query, body, headers)
         if status != 200:
             self._fail(status, anthropic=path == "/v1/messages")
@@ -369,7 +373,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if (body.get("stream_options") or {}).get("include_usage"):
             tokens_in, tokens_out = self.fake._report("/v1/chat/completions", model, body, True)
-            usage = {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
+            usage = {
+                "prompt_tokens": tokens_in,
+                "completion_tokens": tokens_out,
+                "total_tokens": tokens_in + tokens_out,
+            }
             if not self._event({**base, "choices": [], "usage": usage}):
                 return
         self._event("[DONE]")
@@ -383,7 +391,13 @@ class _Handler(BaseHTTPRequestHandler):
         text = self._text_for(text_format)
         created = int(time.time())
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-        item = {"type": "message", "id": "msg_fake", "status": "completed", "role": "assistant", "content": [part]}
+        item = {
+            "type": "message",
+            "id": "msg_fake",
+            "status": "completed",
+            "role": "assistant",
+            "content": [part],
+        }
 
         def response(status: str, output: list[Any], usage: Any) -> dict[str, Any]:
             return {
@@ -433,7 +447,13 @@ class _Handler(BaseHTTPRequestHandler):
         pieces = [text] if text != self.fake.reply else self.fake._words()
         for piece in pieces:
             events.append(
-                {"type": "response.output_text.delta", **ids, "content_index": 0, "delta": piece, "logprobs": []}
+                {
+                    "type": "response.output_text.delta",
+                    **ids,
+                    "content_index": 0,
+                    "delta": piece,
+                    "logprobs": [],
+                }
             )
         events += [
             {"type": "response.output_text.done", **ids, "content_index": 0, "text": text, "logprobs": []},
@@ -510,7 +530,9 @@ class _Handler(BaseHTTPRequestHandler):
             {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         ]
         for piece in self.fake._words():
-            events.append({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}})
+            events.append(
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+            )
         events.append({"type": "content_block_stop", "index": 0})
         for event in events:
             if not self._event(event, event["type"]):

@@ -1,6 +1,8 @@
-"""The ``veronica-mw`` console script: one subcommand module each (``demo``, ``audit``, ``replay``).
+"""The ``veronica-mw`` console script: one subcommand module each (``demo``, ``run``, ``audit``,
+``replay``).
 
-Exit status: 0 on success, 2 for bad arguments (argparse); each subcommand documents its own.
+Exit status: 0 on success, 2 for bad arguments (argparse); each subcommand documents its own
+(``run``: the program's status, or 3 when it was halted).
 """
 
 from __future__ import annotations
@@ -8,9 +10,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from . import audit, demo, replay
+from . import audit, demo, replay, run
 
-_SUBCOMMANDS = (demo, audit, replay)
+_SUBCOMMANDS = (demo, run, audit, replay)
 
 
 def build_parser() -> argparse.ArgumentParser:

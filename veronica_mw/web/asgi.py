@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..instrumentation import instrument as instrument_sdks
 from ..kernel.circuit_breaker import CircuitBreaker
 from ..kernel.config import ExecutionConfig
 from ..kernel.context import PendingContext, current_context
@@ -70,6 +71,9 @@ class VeronicaASGIMiddleware:
     ``audit``: a :class:`veronica_mw.AuditLog` (any kernel ``Observer``) every request's and
     session's context reports to, with the request's method and path (never headers or query), and
     every budget-pool refusal.
+    ``instrument``: patch every installed provider SDK (``veronica_mw.instrument()``: OpenAI,
+    Anthropic, LiteLLM, Google GenAI, MCP), once, so direct SDK calls made while a request is
+    served are contained too; ``False`` leaves the SDKs alone.
     Applied twice (wrapped and also added), the inner copy passes requests straight through.
     """
 
@@ -86,6 +90,7 @@ class VeronicaASGIMiddleware:
         checks: Iterable[Any] = (),
         policies: Iterable[RuntimePolicy] = (),
         audit: Observer | None = None,
+        instrument: bool = True,
     ) -> None:
         self.app = app
         self._options = context_options(checks, policies, audit)
@@ -98,6 +103,8 @@ class VeronicaASGIMiddleware:
         self._pool = budget_pool
         self._usage = bool(usage_headers)
         self._breaker = circuit_breaker
+        if instrument:
+            instrument_sdks()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

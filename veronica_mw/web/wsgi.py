@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..instrumentation import instrument as instrument_sdks
 from ..kernel.circuit_breaker import CircuitBreaker
 from ..kernel.config import ExecutionConfig
 from ..kernel.context import PendingContext, current_context
@@ -234,6 +235,9 @@ class VeronicaWSGIMiddleware:
     answers 403). ``audit``: a :class:`veronica_mw.AuditLog` (any kernel ``Observer``) every
     request's context reports to, with the request's method and path (never headers or query), and
     every budget-pool refusal.
+    ``instrument``: patch every installed provider SDK once (``veronica_mw.instrument()``), so
+    direct SDK calls made while a request is served are contained too; ``False`` leaves the SDKs
+    alone.
     """
 
     def __init__(
@@ -249,6 +253,7 @@ class VeronicaWSGIMiddleware:
         checks: Iterable[Any] = (),
         policies: Iterable[RuntimePolicy] = (),
         audit: Observer | None = None,
+        instrument: bool = True,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI callable, got {type(app).__name__}")
@@ -263,6 +268,8 @@ class VeronicaWSGIMiddleware:
         self._breaker = circuit_breaker
         self._options = context_options(checks, policies, audit)
         self._audit: tuple[Observer, ...] = (audit,) if audit is not None else ()
+        if instrument:
+            instrument_sdks()
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         # The applied-twice guard (see ``middleware_active``), inlined: it runs on every request.

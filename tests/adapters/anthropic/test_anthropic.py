@@ -139,7 +139,9 @@ def test_the_reservation_is_the_worst_case(client: anthropic.Anthropic, server: 
     with ExecutionContext(config), pytest.raises(ExecutionHalted, match="budget_exceeded"):
         client.messages.create(**ARGS)
     assert server.count() == 0
-    with ExecutionContext(ExecutionConfig(max_cost_usd=worst * 1.01, max_steps=5, max_retries_total=0)) as ctx:
+    with ExecutionContext(
+        ExecutionConfig(max_cost_usd=worst * 1.01, max_steps=5, max_retries_total=0)
+    ) as ctx:
         assert type(client.messages.create(**ARGS)) is Message
     assert ctx.get_snapshot().cost_usd_accumulated < worst
 
@@ -147,7 +149,12 @@ def test_the_reservation_is_the_worst_case(client: anthropic.Anthropic, server: 
 def test_cache_tokens_count_as_input() -> None:
     from veronica_mw.adapters.anthropic import tokens
 
-    usage = {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 7}
+    usage = {
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cache_read_input_tokens": 100,
+        "cache_creation_input_tokens": 7,
+    }
     assert tokens(usage) == TokenUsage(117, 5, 100, 7)
     # a stream's message_delta reports only the output: the input of message_start is kept
     assert tokens({"output_tokens": 9}, tokens(usage)) == TokenUsage(117, 9, 100, 7)

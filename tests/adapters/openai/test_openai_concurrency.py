@@ -66,7 +66,9 @@ async def test_two_hundred_tasks_never_overshoot(server: FakeProvider, instrumen
     client = openai.AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
     budget = 20.5 * _worst_case()
     server.hold()
-    async with ExecutionContext(ExecutionConfig(max_cost_usd=budget, max_steps=1000, max_retries_total=0)) as ctx:
+    async with ExecutionContext(
+        ExecutionConfig(max_cost_usd=budget, max_steps=1000, max_retries_total=0)
+    ) as ctx:
 
         async def one() -> str:
             try:

@@ -27,7 +27,9 @@ def test_each_sdk_retry_draws_one_retry(server: FakeProvider, instrumented: None
     assert [n.status for n in ctx.graph.nodes()] == ["ok"]
 
 
-def test_a_spent_retry_budget_refuses_the_retry_before_it_is_sent(server: FakeProvider, instrumented: None) -> None:
+def test_a_spent_retry_budget_refuses_the_retry_before_it_is_sent(
+    server: FakeProvider, instrumented: None
+) -> None:
     client = openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=5)
     server.fail_next(5, 429)
     with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=1)) as ctx:

@@ -12,7 +12,7 @@ from typing import Any
 
 import openai
 import pytest
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionStreamOptionsParam
 from openai.types.responses import Response
 from pydantic import BaseModel
 
@@ -22,7 +22,7 @@ from ...support.fake_provider import FakeProvider, cost_of
 
 MODEL = "gpt-4o-mini"
 MESSAGES: list[Any] = [{"role": "user", "content": "Say hello to the fake provider."}]
-USAGE = {"include_usage": True}
+USAGE: ChatCompletionStreamOptionsParam = {"include_usage": True}
 
 
 class Answer(BaseModel):
@@ -153,7 +153,12 @@ async def araw_responses(c: openai.AsyncOpenAI) -> Any:
 
 
 SHAPES = [
-    Shape("create", lambda c: _chat(c, max_tokens=50), lambda c: _achat(c, max_tokens=50), "/v1/chat/completions"),
+    Shape(
+        "create",
+        lambda c: _chat(c, max_tokens=50),
+        lambda c: _achat(c, max_tokens=50),
+        "/v1/chat/completions",
+    ),
     Shape("stream-iter", stream_iter, astream_iter, "/v1/chat/completions"),
     Shape("stream-with", stream_with, astream_with, "/v1/chat/completions", exact=False),
     Shape("chat-stream-helper", chat_stream_helper, achat_stream_helper, "/v1/chat/completions"),
@@ -239,7 +244,9 @@ def test_results_are_the_sdks_own(client: openai.OpenAI) -> None:
         stream.close()
 
 
-def test_a_worst_case_over_the_budget_is_refused_before_sending(client: openai.OpenAI, server: FakeProvider) -> None:
+def test_a_worst_case_over_the_budget_is_refused_before_sending(
+    client: openai.OpenAI, server: FakeProvider
+) -> None:
     # gpt-4o-mini output is $0.60 / 1M tokens: reserving 100k output tokens needs $0.06.
     with ExecutionContext(ExecutionConfig(max_cost_usd=0.05, max_steps=10, max_retries_total=0)) as ctx:
         with pytest.raises(ExecutionHalted) as halted:
@@ -259,8 +266,9 @@ def test_outside_a_context_calls_pass_through(client: openai.OpenAI, server: Fak
 
 
 def test_uninstrument_restores_the_sdk(server: FakeProvider) -> None:
-    import veronica_mw
     from openai._base_client import SyncAPIClient
+
+    import veronica_mw
 
     original = SyncAPIClient.request
     veronica_mw.instrument("openai")

@@ -8,6 +8,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionStreamOptionsParam
 
 from veronica_mw import CallNode, ExecutionConfig, ExecutionContext
 
@@ -15,7 +16,7 @@ from ...support.fake_provider import FakeProvider, cost_of
 
 MODEL = "gpt-4o-mini"
 MESSAGES: list[Any] = [{"role": "user", "content": "Stream something."}]
-USAGE = {"include_usage": True}
+USAGE: ChatCompletionStreamOptionsParam = {"include_usage": True}
 LIMITS = ExecutionConfig(max_cost_usd=1.0, max_steps=10, max_retries_total=0)
 
 
