@@ -223,6 +223,7 @@ class FakeProvider:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 1024  # hundreds of clients connect at once in the concurrency tests
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client dropping its keep-alive connection (or an abandoned stream) is normal here.
@@ -487,7 +488,7 @@ class _Handler(BaseHTTPRequestHandler):
     # -- Anthropic messages --------------------------------------------------------------------------
 
     def _messages(self, body: dict[str, Any]) -> None:
-        model = str(body.get("model", "claude-sonnet-4-5"))
+        model = str(body.get("model", "claude-haiku-4-5"))
         text = self.fake.reply
         if not body.get("stream"):
             tokens_in, tokens_out = self.fake._report("/v1/messages", model, body, False)

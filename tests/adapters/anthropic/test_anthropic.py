@@ -17,7 +17,7 @@ from veronica_mw.kernel.pricing import TokenUsage, price_usage
 
 from ...support.fake_provider import FakeProvider, cost_of
 
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-haiku-4-5"
 MESSAGES: list[Any] = [{"role": "user", "content": "Say hello to the fake provider."}]
 ARGS: dict[str, Any] = {"model": MODEL, "max_tokens": 256, "messages": MESSAGES}
 LIMITS = ExecutionConfig(max_cost_usd=1.0, max_steps=2, max_retries_total=0)
