@@ -159,11 +159,29 @@ class ProviderCall:
 
     def finish(self, outcome: Outcome, result: Any = _UNSET, *, complete: bool = True) -> None:
         """Settle with what the provider reported. ``complete``: the response was read to its end,
-        so missing usage is estimated from the text; otherwise the reservation counts as spent."""
+        so missing usage is estimated from the text; otherwise the reservation counts as spent.
+        With ``result`` the context's output checks run on it (and may raise OutputRejected)."""
+        cost = self._cost(outcome, complete)
+        if cost is None:
+            return
+        if result is _UNSET:
+            self.node.commit(cost_usd=cost[0], model=cost[1])
+        else:
+            self.node.commit(result, cost_usd=cost[0], model=cost[1])
+
+    async def afinish(self, outcome: Outcome, result: Any) -> None:
+        """:meth:`finish` for async calls: async output checks are awaited."""
+        cost = self._cost(outcome, True)
+        if cost is not None:
+            await self.node.acommit(result, cost_usd=cost[0], model=cost[1])
+
+    def _cost(self, outcome: Outcome, complete: bool) -> tuple[float, str | None] | None:
+        """What the call cost and the model it reported (None: it was settled already). Sets the
+        node's token counts and model name for observers."""
         node = self.node
         claims.unclaim(node)
         if node.settled:
-            return
+            return None
         tokens, model, chars = outcome
         plan = self.plan
         if tokens is None and complete:
@@ -175,20 +193,16 @@ class ProviderCall:
                 model=model or plan.model,
             )
         if tokens is None:
-            node.commit(cost_usd=node.reserved_usd)
-            return
+            return node.reserved_usd, model
         priced = price(tokens, (model, plan.model), plan.provider)
         node.tokens_in, node.tokens_out = tokens.input_tokens, tokens.output_tokens
-        node.model = priced[1] if priced is not None else (model or plan.model)
         if priced is None:
             self.ctx.add_event(
-                "unpriced", f"no price known for {node.model!r}; reserved hint kept", model=node.model
+                "unpriced", f"no price known for {model or plan.model!r}; reserved hint kept", model=model
             )
-        cost = priced[0] if priced is not None else node.reserved_usd
-        if result is _UNSET:
-            node.commit(cost_usd=cost)
-        else:
-            node.commit(result, cost_usd=cost)
+            return node.reserved_usd, model
+        node.model = priced[1]
+        return priced[0], model or priced[1]
 
     def abandon(self) -> None:
         """Never read to the end and no usage known: the reservation counts as spent."""

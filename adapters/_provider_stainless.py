@@ -45,17 +45,19 @@ class Endpoints(Protocol):
         """The plan of the request ``options`` describes, or None when it is no model request."""
 
 
-def _settle(call: ProviderCall, endpoint: Endpoint, result: Any, stream: bool, sdk: SDK) -> None:
+def _route(call: ProviderCall, endpoint: Endpoint, result: Any, stream: bool, sdk: SDK) -> Outcome | None:
+    """The outcome to settle ``call`` with now, or None when a stream or raw wrapper settles it later."""
     try:
         if isinstance(result, sdk.stream_types):
             streams.observe(call, result, endpoint.meter())
         elif isinstance(result, sdk.raw_types):
             streams.settle_raw(call, result, stream, endpoint.meter, endpoint.outcome)
         else:
-            call.finish(endpoint.outcome(result), result)
+            return endpoint.outcome(result)
     except Exception:  # our own failure must never break the caller's request
         logger.exception("veronica_mw: could not settle %s; its reservation is kept", call.plan.operation)
         call.abandon()
+    return None
 
 
 def load(module: Any, *names: str) -> None:
@@ -101,7 +103,9 @@ def _sync_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
                 raise
             finally:
                 active.reset(token)
-            _settle(call, endpoint, result, bool(kwargs.get("stream")), sdk)
+            outcome = _route(call, endpoint, result, bool(kwargs.get("stream")), sdk)
+            if outcome is not None:
+                call.finish(outcome, result)  # output checks may raise OutputRejected: the caller's
             return result
 
         return request
@@ -128,7 +132,9 @@ def _async_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
                 raise
             finally:
                 active.reset(token)
-            _settle(call, endpoint, result, bool(kwargs.get("stream")), sdk)
+            outcome = _route(call, endpoint, result, bool(kwargs.get("stream")), sdk)
+            if outcome is not None:
+                await call.afinish(outcome, result)
             return result
 
         return request

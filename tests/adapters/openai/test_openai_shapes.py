@@ -280,3 +280,29 @@ def test_uninstrument_restores_the_sdk(server: FakeProvider) -> None:
     with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=0, max_retries_total=0)) as ctx:
         _chat(client)  # not instrumented: nothing refuses it
     assert server.count() == 1 and ctx.get_snapshot().step_count == 0
+
+
+def test_output_checks_see_the_sdks_response(client: openai.OpenAI, server: FakeProvider) -> None:
+    from veronica_mw import MaxLength, OutputRejected
+
+    config = ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=3)
+    with ExecutionContext(config, checks=[MaxLength(10)]) as ctx:
+        with pytest.raises(OutputRejected):
+            _chat(client)
+    node = ctx.graph.nodes()[0]
+    assert node.status == "rejected" and node.cost_usd == pytest.approx(cost_of(server.reported, "openai"))
+    assert ctx.get_snapshot().retries_used == 1
+
+
+@pytest.mark.anyio
+async def test_output_checks_on_async_calls(aclient: openai.AsyncOpenAI) -> None:
+    from veronica_mw import MaxLength, OutputRejected
+
+    config = ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=3)
+    async with ExecutionContext(config, checks=[MaxLength(10_000)]) as ctx:
+        await _achat(aclient)
+    async with ExecutionContext(config, checks=[MaxLength(10)]):
+        with pytest.raises(OutputRejected):
+            await _achat(aclient)
+    assert ctx.graph.nodes()[0].status == "ok"
+    await aclient.close()
