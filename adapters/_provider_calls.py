@@ -128,14 +128,21 @@ def price(
 
 
 class ProviderCall:
-    """The kernel step of one provider request; exactly one of the settle methods takes effect."""
+    """The kernel step of one provider request; exactly one of the settle methods takes effect.
 
-    __slots__ = ("ctx", "node", "plan", "retry_error")
+    ``own``: the step was begun for this request, which settles it. An adopted step (``own`` false)
+    belongs to the layer above, which settles it with what it got back (and runs the output checks
+    there, where a framework can act on them); this request only tops up its reservation before
+    sending and draws its retries.
+    """
 
-    def __init__(self, ctx: ExecutionContext, node: CallNode, plan: Plan) -> None:
+    __slots__ = ("ctx", "node", "plan", "own", "retry_error")
+
+    def __init__(self, ctx: ExecutionContext, node: CallNode, plan: Plan, own: bool = True) -> None:
         self.ctx = ctx
         self.node = node
         self.plan = plan
+        self.own = own
         self.retry_error: BaseException | None = None
 
     def retry(self, exc: BaseException | None) -> None:
@@ -149,9 +156,10 @@ class ProviderCall:
     def failed(self, exc: BaseException) -> None:
         """The request raised (after the SDK's own retries, or a refused retry)."""
         node = self.node
-        claims.unclaim(node)
         if isinstance(exc, ExecutionHalted) and self.retry_error is not None:
             node.fail(self.retry_error)  # attempts that all failed cost nothing; no retry left to draw
+        elif not self.own:
+            return  # the layer above sees the exception and settles its step
         elif isinstance(exc, Exception):
             node.fail(exc)
         else:  # cancelled or interrupted in flight: it may have been billed
@@ -179,7 +187,6 @@ class ProviderCall:
         """What the call cost and the model it reported (None: it was settled already). Sets the
         node's token counts and model name for observers."""
         node = self.node
-        claims.unclaim(node)
         if node.settled:
             return None
         tokens, model, chars = outcome
@@ -219,22 +226,26 @@ def begin(ctx: ExecutionContext, plan: Plan) -> ProviderCall:
     """Admit the planned request as one step (or adopt the enclosing layer's); raise
     ExecutionHalted, with nothing sent, when a limit refuses it."""
     estimate = plan.reservation()  # priced here, never under the context's lock
-    found = claims.enclosing(ctx)
-    if found is not None:
-        node = (
-            found
-            if isinstance(found, CallNode)
-            else ctx.begin_call("llm", _options(plan, estimate), key=found)
-        )
-        if claims.claim(node):
-            try:
-                node.add_reservation(max(0.0, estimate - node.reserved_usd))
-            except ExecutionHalted:
-                claims.unclaim(node)
-                node.release()  # never sent: the step the layer above began is given back
-                raise
+    node = claims.offered_step(ctx)
+    if node is None:
+        found = claims.enclosing(ctx)
+        if found is not None:
+            if not isinstance(found, CallNode):  # a key: the open step of that run, or a new one
+                options = _options(plan, estimate)
+                found = ctx.begin_call("llm", options, key=found)
+                if found.options is options and claims.claim(found):
+                    return ProviderCall(ctx, found, plan)  # nobody had begun it: ours
+            node = found if claims.claim(found) else None
+        if node is None:  # a step of its own
+            node = ctx.begin_call("llm", _options(plan, estimate))
+            claims.claim(node)
             return ProviderCall(ctx, node, plan)
-    return ProviderCall(ctx, ctx.begin_call("llm", _options(plan, estimate)), plan)
+    try:
+        node.add_reservation(max(0.0, estimate - node.reserved_usd))
+    except ExecutionHalted:
+        node.release()  # never sent: the step the layer above began is given back
+        raise
+    return ProviderCall(ctx, node, plan, own=False)
 
 
 active: ContextVar[ProviderCall | None] = ContextVar("veronica_mw_provider_call", default=None)

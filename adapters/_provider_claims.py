@@ -9,13 +9,17 @@ the usage the provider reported. Two ways to find it:
 - an *offer*: the layer above publishes its node in a ContextVar for the duration of the call
   (:func:`offered`); the first request underneath, in the same context, takes it, and the layer
   above learns from ``Offer.taken`` that settling is no longer its job;
+- the *kernel's current call*: ``ctx.call_llm(fn)`` (and adapters that run a call the same way,
+  like the Pydantic AI one) publish the running node's id in ``current_node``; an open ``llm``
+  node of this context with that id is the enclosing step;
 - a *finder*: a framework adapter registers a function (:func:`register`) that names the step
   of the run enclosing the request, as the node itself or as the key it was begun with (the
   kernel hands back the open node for that key).
 
-Each step is adopted by one request at a time (:func:`claim`): a second request made under the
-same layer-above call while the first one is in flight begins a step of its own, so requests
-are never counted fewer than they were sent. No framework is imported here.
+Each step is taken by one provider request only (:func:`claim`; a provider's own steps are taken
+too): a second request made under the same layer-above call begins a step of its own, so requests
+are never counted fewer than they were sent. An offer hands its step over explicitly. No framework
+is imported here.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from .. import CallNode, ExecutionContext
+from ..kernel.context import current_node
 
 Finder = Callable[[ExecutionContext], "CallNode | Hashable | None"]
 
@@ -43,7 +48,8 @@ class Offer:
 _offer: ContextVar[Offer | None] = ContextVar("veronica_mw_provider_offer", default=None)
 _finders: tuple[Finder, ...] = ()
 _lock = threading.Lock()
-_claimed: dict[int, CallNode] = {}  # id(node) -> node while a provider request holds it
+_claimed: dict[int, CallNode] = {}  # id(node) -> node, for steps a provider request took
+_SWEEP_AT = 256
 
 
 @contextmanager
@@ -71,14 +77,25 @@ def unregister(finder: Finder) -> None:
         _finders = tuple(f for f in _finders if f is not finder)
 
 
-def enclosing(ctx: ExecutionContext) -> CallNode | Hashable | None:
-    """The step (node or kernel key) of the layer above the request about to be sent, if any."""
+def offered_step(ctx: ExecutionContext) -> CallNode | None:
+    """The step offered to this request (taken by it: the layer above stops settling it)."""
     offer = _offer.get()
     if offer is not None and not offer.taken and offer.node.context is ctx and offer.node.kind == "llm":
         with _lock:
             if not offer.taken:
                 offer.taken = True
                 return offer.node
+    return None
+
+
+def enclosing(ctx: ExecutionContext) -> CallNode | Hashable | None:
+    """The step (node or kernel key) of the layer above the request about to be sent, if any; to be
+    held with :func:`claim` before it is adopted."""
+    node_id = current_node.get()
+    if node_id is not None:
+        node = ctx.graph.get(node_id)
+        if node is not None and node.kind == "llm" and node.context is ctx:
+            return node
     for finder in _finders:
         found = finder(ctx)
         if found is not None:
@@ -87,15 +104,14 @@ def enclosing(ctx: ExecutionContext) -> CallNode | Hashable | None:
 
 
 def claim(node: CallNode) -> bool:
-    """Hold ``node`` for one provider request; False if another request holds it already."""
+    """Take ``node`` for one provider request: True once per step while it is open, so a second
+    request under the same layer-above call (or a stray lookup of a request's own step) begins a
+    step of its own."""
     with _lock:
-        if id(node) in _claimed or node.settled:
+        if node.settled or _claimed.get(id(node)) is node:
             return False
+        if len(_claimed) >= _SWEEP_AT:  # steps settle elsewhere, unannounced: drop them now and then
+            for key in [key for key, held in _claimed.items() if held.settled]:
+                del _claimed[key]
         _claimed[id(node)] = node
         return True
-
-
-def unclaim(node: CallNode) -> None:
-    with _lock:
-        if _claimed.get(id(node)) is node:
-            del _claimed[id(node)]

@@ -261,6 +261,20 @@ class ExecutionGraph:
             self._repeats = 1
         return node, self._repeats
 
+    def get(self, node_id: int) -> CallNode | None:
+        """The node with ``node_id`` while it is among the kept ones (None once it dropped out).
+        Safe without the context's lock: a node that moved meanwhile is simply not found."""
+        nodes = self._nodes
+        index = node_id - (self._next_id - len(nodes)) - 1
+        if 0 <= index < len(nodes):
+            try:
+                node = nodes[index]
+            except IndexError:
+                return None
+            if node.node_id == node_id:
+                return node
+        return None
+
     def finish(self, node: CallNode, status: str) -> None:
         node.status = status
         node.ended = time.monotonic()
