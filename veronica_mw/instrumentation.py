@@ -72,8 +72,9 @@ def instrument(
     """Instrument the named SDKs (default: every known one that is installed); return the names
     instrumented by this call or earlier. Idempotent; :func:`uninstrument` undoes everything.
 
-    An SDK the application has not imported yet is patched right after it is imported, so this
-    never imports an SDK itself (building a middleware stays cheap).
+    Without names, an SDK the program has not imported yet is patched right after it is imported,
+    so building a middleware never imports an SDK; a name given explicitly is imported and patched
+    at once (and its adapter's errors are raised).
 
     ``max_output_tokens`` and ``cost_estimate_hint``, when given, replace the process-wide
     :class:`ProviderSettings` (see there); omitted, the current ones stay.
@@ -100,8 +101,10 @@ def instrument(
                 raise MissingFrameworkError(name, entry.extra, module=f"veronica_mw.adapters.{entry.module}")
             hook = _Hook(name, strict=bool(names))
             _active[name] = hook
-            # Patched now if the application imported the SDK already, else right after it does.
-            _post_import.when_imported(entry.sdk, hook)
+            if hook.strict:  # asked for by name: imported and patched now, errors raised here
+                hook()
+            else:  # the default set: now if the program imported the SDK already, else right after
+                _post_import.when_imported(entry.sdk, hook)
         return tuple(_active)
 
 
