@@ -87,8 +87,8 @@ def test_another_package_named_agents_is_not_the_sdk(tmp_path: Path) -> None:
     (tmp_path / "agents" / "__init__.py").write_text("")
     out = _run(_IMPORT, tmp_path)
     assert out.startswith("MISSING openai-agents ") and HINT in out
-    code = (
-        "import veronica_mw\n"
+    code = (  # imported first: instrument() may otherwise wait for the import to patch it
+        "import agents, veronica_mw\n"
         "try:\n"
         "    veronica_mw.instrument('openai-agents')\n"
         "except veronica_mw.MissingFrameworkError as exc:\n"
