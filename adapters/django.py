@@ -117,7 +117,8 @@ def middleware_options() -> dict[str, Any]:
         value = raw.get(key, ())
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
             raise ImproperlyConfigured(f"settings.VERONICA[{key!r}] must be a list")
-        options[key] = [_loaded(item) for item in value]
+        # A check may be given as (check, on_fail), and the check itself by dotted path.
+        options[key] = [(_loaded(i[0]), *i[1:]) if isinstance(i, tuple) and i else _loaded(i) for i in value]
     try:  # a bad check or policy is a settings error at startup, not a failure per request
         context_options(options["checks"], options["policies"])
     except (TypeError, ValueError) as exc:

@@ -13,4 +13,5 @@ urlpatterns = [
     path("boom", views.boom),
     path("middleware-halt", views.steps, {"n": 0}),
     path("health", views.steps, {"n": 0}),
+    path("send", views.send),
 ]

@@ -86,3 +86,17 @@ def caught_stream(request: HttpRequest) -> StreamingHttpResponse:
 
 def boom(request: HttpRequest) -> HttpResponse:
     raise KeyError("not a halt")
+
+
+def send(request: HttpRequest) -> JsonResponse:
+    """A tool call an approval policy may gate."""
+    ctx = get_current_execution_context()
+    assert ctx is not None
+    STATE["sent"] = STATE.get("sent", 0)
+    result = ctx.call_tool(_send, options=WrapOptions(operation_name="send_email"))
+    return JsonResponse({"result": result})
+
+
+def _send() -> str:
+    STATE["sent"] += 1
+    return "sent"
