@@ -74,6 +74,13 @@ def test_approved_call_runs_once_with_the_request_the_approver_saw() -> None:
     assert [n.status for n in ctx.graph.nodes()] == ["ok", "ok"]
 
 
+def test_names_and_glob_patterns() -> None:
+    gate = RequireApproval(["send_*", "delete_user"], lambda r: True)
+    assert gate.gates("send_email") and gate.gates("send_fax") and gate.gates("delete_user")
+    assert gate.gates("crewai.tool:send_email")  # an adapter's prefix is ignored
+    assert not gate.gates("lookup") and not gate.gates("delete_users") and not gate.gates("resend")
+
+
 def test_ungated_tools_and_model_calls_never_ask() -> None:
     asked: list[str] = []
 

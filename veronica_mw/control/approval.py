@@ -145,7 +145,10 @@ class RequireApproval:
     # -- ApprovalGate ---------------------------------------------------------------------------------
 
     def gates(self, tool: str) -> bool:
-        return any(fnmatch.fnmatchcase(tool, pattern) for pattern in self.tools)
+        """Whether ``tool`` (the step's name) needs approval. Adapters that prefix their step names
+        (CrewAI's ``crewai.tool:send_email``) match by the part after the last ``:`` too."""
+        bare = tool.rpartition(":")[2]
+        return any(fnmatch.fnmatchcase(tool, p) or fnmatch.fnmatchcase(bare, p) for p in self.tools)
 
     def _request(self, ctx: ExecutionContext, node: CallNode, arguments: Any) -> ApprovalRequest:
         snapshot = ctx.get_snapshot()
