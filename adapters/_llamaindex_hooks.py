@@ -24,9 +24,9 @@ from llama_index.core.callbacks.base_handler import BaseCallbackHandler
 from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]  # (re-exported)
 from llama_index.core.instrumentation.span_handlers import NullSpanHandler
 from llama_index.core.llms import callbacks as _llm_callbacks
-from llama_index.core.tools.types import BaseTool
+from llama_index.core.tools.types import BaseTool, ToolOutput
 
-from .. import CallNode, ExecutionContext, ExecutionHalted, WrapOptions
+from .. import CallNode, ExecutionContext, ExecutionHalted, ToolCallRejected, WrapOptions
 from ..kernel.pricing import extract_usage, usage_from_mapping
 
 logger = logging.getLogger("veronica_mw.adapters.llamaindex")
@@ -66,6 +66,36 @@ def _begin_all(
         try:
             node = ctx.begin_call(kind, options(handler), key=key)
         except ExecutionHalted:
+            for begun in nodes:
+                begun.release()
+            raise
+        if node not in nodes:
+            nodes.append(node)
+    return nodes
+
+
+def _dict_arguments(edited: Any) -> None:
+    if not isinstance(edited, dict):
+        raise TypeError(f"tool arguments must be a dict, got {type(edited).__name__}")
+
+
+async def _abegin_tool(
+    bound: list[tuple[Handler, ExecutionContext]], name: str, tool_input: dict[str, Any]
+) -> list[CallNode]:
+    """Begin an agent's tool call in every bound context, awaiting approval policies (so waiting
+    for a person never blocks the workflow's event loop); on a refusal give back what was begun."""
+    nodes: list[CallNode] = []
+    key = ("llamaindex.tool", object())
+    for _, ctx in bound:
+        try:
+            node = await ctx.abegin_call(
+                "tool",
+                WrapOptions(operation_name=name),
+                key=key,
+                arguments=tool_input,
+                editable=_dict_arguments,
+            )
+        except (ExecutionHalted, ToolCallRejected):
             for begun in nodes:
                 begun.release()
             raise
@@ -240,8 +270,17 @@ def _gate_tool_dispatch(original: Callable[..., Any]) -> Callable[..., Any]:
         bound = _bound()
         if not bound:
             return await original(self, ctx, tool, tool_input)
-        options = WrapOptions(operation_name=tool.metadata.get_name())
-        nodes = _begin_all(bound, "tool", lambda h: options, ("llamaindex.tool", object()))
+        name = tool.metadata.get_name()
+        try:
+            nodes = await _abegin_tool(bound, name, tool_input)
+        except ToolCallRejected as rejected:  # on_reject="message": the model hears why, the run goes on
+            text = f"Tool call rejected: {rejected.message}"
+            return ToolOutput(
+                content=text, tool_name=name, raw_input=tool_input, raw_output=text, is_error=True
+            )
+        edited = next((node.edited_arguments for node in nodes if node.edited_arguments is not None), None)
+        if edited is not None:  # an approver changed the arguments
+            tool_input = dict(edited)
         token = _in_tool.set(True)
         try:
             output = await original(self, ctx, tool, tool_input)
