@@ -20,13 +20,10 @@ from veronica_mw import (
     ExecutionContext,
     ExecutionHalted,
     HaltReason,
-    PolicyContext,
-    PolicyDecision,
     PolicyPipeline,
 )
 from veronica_mw.adapters.pydantic_ai import VeronicaCapability
-from veronica_mw.control import MaxLength
-from veronica_mw.kernel._control import GateVerdict
+from veronica_mw.control import ApprovalRequest, Approve, Edit, MaxLength, Reject, RequireApproval
 
 LIMITS = ExecutionConfig(max_cost_usd=10.0, max_steps=20, max_retries_total=3)
 
@@ -63,30 +60,19 @@ def test_rejections_past_the_retry_budget_halt() -> None:
     assert len(calls) == 3
 
 
-class Approver:
-    """An approval gate for the ``transfer`` tool, answering with a fixed verdict."""
+def approver(answer: Any, asked: list[Any]) -> Any:
+    """An approver (as a person would answer through ``RequireApproval``) giving ``answer``."""
 
-    policy_type = "approval"
+    async def decide(request: ApprovalRequest) -> Any:
+        asked.append((request.tool, request.arguments))
+        return answer
 
-    def __init__(self, verdict: GateVerdict) -> None:
-        self.verdict = verdict
-        self.asked: list[Any] = []
+    return decide
 
-    def check(self, context: PolicyContext) -> PolicyDecision:
-        return PolicyDecision(allowed=True, policy_type=self.policy_type)
 
-    def reset(self) -> None:
-        pass
-
-    def gates(self, tool: str) -> bool:
-        return tool.endswith(":transfer")
-
-    def decide(self, ctx: Any, node: Any, arguments: Any) -> GateVerdict:
-        self.asked.append(arguments)
-        return self.verdict
-
-    async def adecide(self, ctx: Any, node: Any, arguments: Any) -> GateVerdict:
-        return self.decide(ctx, node, arguments)
+def gate(answer: Any, asked: list[Any], on_reject: str = "halt") -> PolicyPipeline:
+    # Tool steps are named "pydantic_ai.tool:<tool name>", so a glob on the name selects the tool.
+    return PolicyPipeline([RequireApproval("*:transfer", approver(answer, asked), on_reject=on_reject)])
 
 
 def transfer_agent() -> tuple[Agent[None, str], list[int], list[list[ModelMessage]]]:
@@ -116,38 +102,38 @@ def tool_returns(messages: list[ModelMessage]) -> list[Any]:
 
 
 def test_a_rejected_tool_call_answers_the_agent_and_never_runs() -> None:
-    gate = Approver(GateVerdict(False, "transfers need a second signature", on_reject="message"))
+    asked: list[Any] = []
     agent, ran, seen = transfer_agent()
-    with ExecutionContext(LIMITS, pipeline=PolicyPipeline([gate])) as ctx:
+    pipeline = gate(Reject("transfers need a second signature"), asked, on_reject="message")
+    with ExecutionContext(LIMITS, pipeline=pipeline) as ctx:
         assert agent.run_sync("pay the invoice").output == "done"
     assert ran == []
-    assert gate.asked == [{"amount": 900}]
+    assert asked == [("pydantic_ai.tool:transfer", {"amount": 900})]
     assert tool_returns(seen[1]) == ["transfers need a second signature"]
     assert [node.status for node in ctx.graph.nodes()] == ["ok", "rejected", "ok"]
 
 
 def test_a_rejection_that_halts_stops_the_run() -> None:
-    gate = Approver(GateVerdict(False, "not allowed"))
     agent, ran, seen = transfer_agent()
-    with ExecutionContext(LIMITS, pipeline=PolicyPipeline([gate])), pytest.raises(ExecutionHalted) as caught:
+    pipeline = gate(Reject("not allowed"), [])
+    with ExecutionContext(LIMITS, pipeline=pipeline), pytest.raises(ExecutionHalted) as caught:
         agent.run_sync("pay the invoice")
-    assert caught.value.reason == HaltReason.POLICY_DENIED
+    assert type(caught.value) is ExecutionHalted and caught.value.reason == HaltReason.POLICY_DENIED
     assert (ran, len(seen)) == ([], 1)
 
 
-def test_an_approver_may_edit_the_arguments() -> None:
-    gate = Approver(GateVerdict(True, edited=True, arguments={"amount": 90}))
-    agent, ran, seen = transfer_agent()
-    with ExecutionContext(LIMITS, pipeline=PolicyPipeline([gate])):
-        assert agent.run_sync("pay the invoice").output == "done"
-    assert ran == [90]
-    assert tool_returns(seen[1]) == ["sent 90"]
+def test_an_approved_call_runs_and_an_approver_may_edit_the_arguments() -> None:
+    for answer, expected in [(Approve(), 900), (Edit({"amount": 90}), 90)]:
+        agent, ran, seen = transfer_agent()
+        with ExecutionContext(LIMITS, pipeline=gate(answer, [])):
+            assert agent.run_sync("pay the invoice").output == "done"
+        assert ran == [expected]
+        assert tool_returns(seen[1]) == [f"sent {expected}"]
 
 
 def test_edited_arguments_that_are_no_arguments_are_a_rejection() -> None:
-    gate = Approver(GateVerdict(True, edited=True, arguments=["90"], on_reject="message"))
     agent, ran, seen = transfer_agent()
-    with ExecutionContext(LIMITS, pipeline=PolicyPipeline([gate])):
+    with ExecutionContext(LIMITS, pipeline=gate(Edit(["90"]), [], on_reject="message")):
         agent.run_sync("pay the invoice")
     assert ran == []
     assert "do not fit the tool" in tool_returns(seen[1])[0]
