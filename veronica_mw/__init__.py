@@ -36,6 +36,7 @@ from .kernel.snapshot import ExecutionEvent, ExecutionSnapshot
 from .kernel.step_guard import AgentStepGuard
 from .kernel.timeout_pool import SharedTimeoutPool
 from .observe.audit import AuditLog
+from .observe.otel import auto_enable as _otel_auto_enable
 from .pools.budget_pool import BudgetPool, LocalBudgetBackend
 from .pools.distributed_breaker import DistributedCircuitBreaker
 from .pools.redis_backend import RedisBudgetBackend
@@ -43,6 +44,10 @@ from .web.asgi import VeronicaASGIMiddleware
 from .web.wsgi import VeronicaWSGIMiddleware
 
 __version__ = "0.1.0"
+
+# OpenTelemetry is on when opentelemetry-api is installed (VERONICA_MW_OTEL=0 turns it off); this
+# registers a stand-in observer and imports no opentelemetry module (see veronica_mw.observe.otel).
+_otel_auto_enable()
 
 __all__ = [
     "AgentStepGuard",
