@@ -16,8 +16,11 @@ from veronica_mw import (
     ExecutionConfig,
     ExecutionContext,
     ExecutionHalted,
+    Observer,
     WrapOptions,
+    add_observer,
     get_current_execution_context,
+    remove_observer,
 )
 from veronica_mw.web.wsgi import ENVIRON_KEY, VeronicaWSGIMiddleware
 
@@ -406,3 +409,26 @@ def test_streamed_body_chosen_after_the_halt_runs_to_its_end(caplog: pytest.LogC
     assert [c[0] for c in calls] == ["402 Payment Required"]
     assert body == b"stopped: step_limit\nhere is what we have so far\n"
     assert [r for r in caplog.records if r.name == "veronica_mw"] == []
+
+
+def test_observers_hear_a_wsgi_request_context_start_and_end() -> None:
+    seen: list[str] = []
+
+    class Lifecycle(Observer):
+        def context_started(self, ctx: ExecutionContext) -> None:
+            seen.append("started")
+
+        def context_ended(self, ctx: ExecutionContext) -> None:
+            seen.append(f"ended after {ctx.get_snapshot().step_count} steps")
+
+    app, _ = make_flask()
+    app.wsgi_app = VeronicaWSGIMiddleware(app.wsgi_app, config=ROOMY)  # type: ignore[method-assign]
+    listener = Lifecycle()
+    add_observer(listener)
+    try:
+        response = Client(app).get("/steps/2")
+        assert response.status_code == 200
+        response.close()  # the body is done: the request's context ends
+    finally:
+        remove_observer(listener)
+    assert seen == ["started", "ended after 2 steps"]
