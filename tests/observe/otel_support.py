@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
@@ -20,6 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from veronica_mw.observe import otel as veronica_otel
+from veronica_mw.web.types import ASGIApp
 
 HANG_GUARD_S = 10.0
 
@@ -64,6 +66,18 @@ class Telemetry:
                     points.setdefault(metric.name, []).extend(metric.data.data_points)
                     points.setdefault(f"{metric.name}:unit", []).append(metric.unit)
         return points
+
+    def halts(self) -> dict[str, int]:
+        """The ``veronica.halts`` counter by reason."""
+        points = self.collect().get("veronica.halts", [])
+        return {dict(p.attributes)["veronica.reason"]: p.value for p in points}
+
+    def asgi(self, app: ASGIApp) -> ASGIApp:
+        """``app`` under opentelemetry-instrumentation-asgi's middleware, with these providers."""
+        wrapped: ASGIApp = OpenTelemetryMiddleware(
+            app, tracer_provider=self.tracer_provider, meter_provider=self.meter_provider
+        )
+        return wrapped
 
     @staticmethod
     def values(points: list[Any]) -> dict[frozenset[tuple[str, Any]], Any]:
