@@ -35,7 +35,10 @@ FRAMEWORKS = [
     "google.genai",
     "mcp",
     "fastmcp",
+    "opentelemetry",
 ]
+# Built on the OpenTelemetry API, imported only once OpenTelemetry is in use (observe/otel.py).
+NEEDS_OTEL = {"veronica_mw.observe._otel_spans", "veronica_mw.observe._otel_metrics"}
 
 
 def test_all_is_sorted_and_exported() -> None:
@@ -49,7 +52,7 @@ def _core_modules() -> list[str]:
     names = []
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
-        if parts[-1] == "__main__":
+        if parts[-1] == "__main__" or ".".join(parts) in NEEDS_OTEL:
             continue
         names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names

@@ -174,9 +174,6 @@ class OTelObserver(Observer):
 
     def halted(self, ctx: ExecutionContext, reason: str, detail: str) -> None:
         try:
-            instruments = self._metrics.get()
-            if instruments is not None:
-                instruments.halts.add(1, {"veronica.reason": reason})
             snapshot = ctx.get_snapshot()
             state = _states.get(ctx)
             span = _recording(trace.get_current_span())
@@ -199,12 +196,10 @@ class OTelObserver(Observer):
                 )
         except Exception as exc:
             self._failed("halted", exc)
+        self._count_halt(reason)
 
     def refused(self, reason: str, detail: str, status: int) -> None:
         try:
-            instruments = self._metrics.get()
-            if instruments is not None:
-                instruments.halts.add(1, {"veronica.reason": reason})
             span = _recording(trace.get_current_span())
             if span is not None:
                 attributes = {"veronica.reason": reason, "veronica.detail": detail}
@@ -213,6 +208,15 @@ class OTelObserver(Observer):
                 )
         except Exception as exc:
             self._failed("refused", exc)
+        self._count_halt(reason)
+
+    def _count_halt(self, reason: str) -> None:
+        try:
+            instruments = self._metrics.get()
+            if instruments is not None:
+                instruments.halts.add(1, {"veronica.reason": reason})
+        except Exception as exc:
+            self._failed("the halts counter", exc)
 
     def context_ended(self, ctx: ExecutionContext) -> None:
         # The totals go on the context's span if it is still open: a WebSocket session's server

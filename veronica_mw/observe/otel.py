@@ -52,6 +52,10 @@ def enable(
     spans (default: what ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` says; off).
     Raises :class:`~veronica_mw.MissingFrameworkError` when ``opentelemetry-api`` is not installed.
     """
+    if tracer_provider is not None and not callable(getattr(tracer_provider, "get_tracer", None)):
+        raise TypeError(f"tracer_provider must be an OpenTelemetry TracerProvider, got {tracer_provider!r}")
+    if meter_provider is not None and not callable(getattr(meter_provider, "get_meter", None)):
+        raise TypeError(f"meter_provider must be an OpenTelemetry MeterProvider, got {meter_provider!r}")
     observer = _build(tracer_provider, meter_provider, capture_message_content)
     _install(observer)
     return observer
@@ -172,7 +176,10 @@ def auto_enable() -> None:
     global _active
     if _active is not None or not env_enabled():
         return
-    if importlib.util.find_spec("opentelemetry") is None:
+    try:
+        if importlib.util.find_spec("opentelemetry") is None:
+            return
+    except (ImportError, ValueError):  # hidden by an import hook, or a None entry in sys.modules
         return
     with _lock:
         if _active is None:

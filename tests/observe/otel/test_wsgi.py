@@ -13,7 +13,7 @@ from opentelemetry.trace import SpanKind
 from veronica_mw import ExecutionConfig, WrapOptions, get_current_execution_context
 from veronica_mw.web.wsgi import VeronicaWSGIMiddleware
 
-from ..web.wsgi_support import get, serve
+from ...web.wsgi_support import get, serve
 from .otel_support import Telemetry, attrs, otel
 
 __all__ = ["otel"]

@@ -16,8 +16,8 @@ from langchain_core.tools import tool
 from veronica_mw import ExecutionConfig
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
-from ..adapters.langchain.fakes import MODEL, PRICE, CountingChatModel, priced_message
-from ..web.conftest import LiveServer, live_server
+from ...adapters.langchain.fakes import MODEL, PRICE, CountingChatModel, priced_message
+from ...web.conftest import LiveServer, live_server
 from .otel_support import Telemetry, attrs, otel
 
 __all__ = ["live_server", "otel"]

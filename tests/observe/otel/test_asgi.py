@@ -24,7 +24,7 @@ from veronica_mw import (
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 from veronica_mw.web.types import ASGIApp
 
-from ..web.conftest import LiveServer, live_server
+from ...web.conftest import LiveServer, live_server
 from .otel_support import Telemetry, attrs, children_of, otel
 
 __all__ = ["live_server", "otel"]  # fixtures, re-exported for pytest

@@ -1,0 +1,156 @@
+"""How OpenTelemetry is switched on, each case in a fresh interpreter (global providers can be set
+once per process): on by default once opentelemetry-api is importable, without importing it until
+the first context; VERONICA_MW_OTEL=0 turns it off; the SDK configured after `import veronica_mw`
+(the usual order) receives the spans; API only, OTEL_SDK_DISABLED=true and a broken global provider
+are no-ops that never fail a call."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+WORK = """
+import json, logging, sys
+from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted, WrapOptions
+from veronica_mw.kernel.observer import global_observers
+
+def work():
+    with ExecutionContext(ExecutionConfig(max_cost_usd=1, max_steps=2, max_retries_total=0)) as ctx:
+        ctx.call_llm(lambda: {"usage": {"input_tokens": 3, "output_tokens": 1}, "model": "gpt-4o"},
+                     options=WrapOptions(model="gpt-4o"))
+        ctx.call_tool(len, "x", options=WrapOptions(operation_name="count"))
+        try:
+            ctx.call_tool(len, "y")
+        except ExecutionHalted as halt:
+            return halt.reason
+
+def otel_modules():
+    return sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
+
+def observers():
+    return [type(o).__name__ for o in global_observers()]
+"""
+
+SDK = """
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+
+def span_names():
+    return [s.name for s in exporter.get_finished_spans()]
+
+def metric_names():
+    data = reader.get_metrics_data()
+    return sorted(m.name for r in (data.resource_metrics if data else ()) for s in r.scope_metrics
+                  for m in s.metrics)
+"""
+
+
+LOGGING = "import logging; logging.basicConfig(level=logging.WARNING)\n"
+
+
+def spawn(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter, with the SDK switch and ours unset unless given."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("OTEL_SDK_DISABLED", "VERONICA_MW_OTEL")}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**environ, **env}, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def run(code: str, **env: str) -> Any:
+    return json.loads(spawn(code, **env).stdout.splitlines()[-1])
+
+
+def test_on_by_default_and_opentelemetry_is_imported_only_at_first_use() -> None:
+    result = run(
+        WORK
+        + """
+before = (otel_modules(), observers())
+reason = work()
+print(json.dumps([before, reason, observers(), "opentelemetry.trace" in sys.modules]))
+"""
+    )
+    assert result == [[[], ["_StandIn"]], "step_limit", ["OTelObserver"], True]
+
+
+def test_veronica_mw_otel_0_turns_it_off() -> None:
+    code = WORK + "reason = work(); print(json.dumps([reason, observers(), otel_modules()]))"
+    assert run(code, VERONICA_MW_OTEL="0") == ["step_limit", [], []]
+    assert run(code, VERONICA_MW_OTEL="off")[1] == []
+
+
+def test_an_unknown_switch_value_is_reported_and_leaves_it_on() -> None:
+    done = spawn(LOGGING + WORK + "print(json.dumps(observers()))", VERONICA_MW_OTEL="maybe")
+    assert json.loads(done.stdout) == ["_StandIn"]
+    assert "VERONICA_MW_OTEL='maybe' not understood" in done.stderr
+
+
+def test_the_sdk_configured_after_import_receives_spans_and_metrics() -> None:
+    result = run(WORK + SDK + "reason = work(); print(json.dumps([reason, span_names(), metric_names()]))")
+    assert result == [
+        "step_limit",
+        ["chat gpt-4o", "execute_tool count"],
+        [
+            "gen_ai.client.operation.duration",
+            "gen_ai.client.token.usage",
+            "veronica.calls",
+            "veronica.cost",
+            "veronica.halts",
+        ],
+    ]
+
+
+def test_api_only_is_a_no_op_that_attaches_nothing() -> None:
+    code = (
+        WORK
+        + """
+from opentelemetry import trace
+from veronica_mw.observe import otel
+reason = work()
+observer = otel.active_observer()
+print(json.dumps([reason, observer._get_tracer() is None, observer._metrics.get() is None,
+                  trace.get_current_span().get_span_context().is_valid]))
+"""
+    )
+    assert run(code) == ["step_limit", True, True, False]
+
+
+def test_otel_sdk_disabled_records_nothing() -> None:
+    code = WORK + SDK + "reason = work(); print(json.dumps([reason, span_names(), metric_names()]))"
+    assert run(code, OTEL_SDK_DISABLED="true") == ["step_limit", [], []]
+
+
+def test_a_broken_global_provider_is_logged_once_and_calls_go_on() -> None:
+    code = (
+        LOGGING
+        + WORK
+        + """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+class Broken(TracerProvider):
+    def get_tracer(self, *args, **kwargs):
+        raise RuntimeError("misconfigured")
+
+trace.set_tracer_provider(Broken())
+print(json.dumps([work(), work()]))
+"""
+    )
+    done = spawn(code)
+    assert json.loads(done.stdout) == ["step_limit", "step_limit"]
+    assert done.stderr.count("OpenTelemetry context_started failed") == 1
+    assert "Traceback" in done.stderr  # the one warning says what went wrong
