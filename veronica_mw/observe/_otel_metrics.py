@@ -15,6 +15,7 @@ from typing import Any
 from opentelemetry import metrics
 
 from .. import __version__
+from ._otel_providers import ProviderCache
 
 _SCHEMA_URL = "https://opentelemetry.io/schemas/1.37.0"
 _TOKEN_BUCKETS = [4.0**k for k in range(14)]  # 1 ... 67_108_864 tokens
@@ -23,7 +24,7 @@ _DURATION_BUCKETS = [0.01 * 2.0**k for k in range(14)]  # 10 ms ... 81.92 s
 _Attributes = Mapping[str, Any]
 
 
-def _deferred(provider: object) -> bool:
+def _placeholder(provider: object) -> bool:
     """True for the API's placeholder provider (nobody configured an SDK yet): nothing records.
 
     The API has no public "is configured" query; this recognises only its own proxy class, so an
@@ -62,33 +63,18 @@ class Instruments:
         )
 
 
-class Metrics:
-    """The instruments of the configured meter provider (explicit, else the global one).
+def _instruments(provider: Any) -> Instruments | None:
+    if isinstance(provider, metrics.NoOpMeterProvider):
+        return None
+    meter = provider.get_meter("veronica_mw", __version__, schema_url=_SCHEMA_URL)
+    if isinstance(meter, metrics.NoOpMeter):  # e.g. an SDK provider with OTEL_SDK_DISABLED=true
+        return None
+    return Instruments(meter)
 
-    Re-resolved when the global provider changes (an SDK configured after the first call); None
-    while no SDK is configured, so an unconfigured process records nothing and pays nothing.
-    """
 
-    __slots__ = ("_provider", "_seen", "_instruments")
-
-    def __init__(self, meter_provider: metrics.MeterProvider | None = None) -> None:
-        self._provider = meter_provider
-        self._seen: object = None
-        self._instruments: Instruments | None = None
-
-    def get(self) -> Instruments | None:
-        provider = self._provider or metrics.get_meter_provider()
-        if provider is self._seen:
-            return self._instruments
-        # Remember the provider before asking it: a broken one fails once, not on every call.
-        self._seen, self._instruments = provider, None
-        if _deferred(provider) or isinstance(provider, metrics.NoOpMeterProvider):
-            return None
-        meter = provider.get_meter("veronica_mw", __version__, schema_url=_SCHEMA_URL)
-        if isinstance(meter, metrics.NoOpMeter):  # e.g. an SDK provider with OTEL_SDK_DISABLED=true
-            return None
-        self._instruments = Instruments(meter)
-        return self._instruments
+def instruments_of(meter_provider: Any = None) -> ProviderCache[Instruments]:
+    """The instruments of ``meter_provider``, else of the global provider once one is configured."""
+    return ProviderCache(meter_provider, metrics.get_meter_provider, _placeholder, _instruments)
 
 
 def model_attributes(

@@ -33,7 +33,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from .. import __version__
 from ..kernel.observer import Observer
 from ._otel_content import ContentCapture
-from ._otel_metrics import Metrics, model_attributes
+from ._otel_metrics import instruments_of, model_attributes
+from ._otel_providers import ProviderCache
 
 if TYPE_CHECKING:
     from ..kernel.execution import ExecutionContext
@@ -86,6 +87,18 @@ def _recording(span: Span | None) -> Span | None:
     return span if span is not None and span.is_recording() else None
 
 
+def _placeholder(provider: object) -> bool:
+    # The API's own stand-in until an SDK is configured (an SDK or vendor provider never is one).
+    return type(provider) is trace.ProxyTracerProvider
+
+
+def _tracer_of(provider: Any) -> trace.Tracer | None:
+    if isinstance(provider, trace.NoOpTracerProvider):
+        return None
+    tracer = provider.get_tracer("veronica_mw", __version__, schema_url=_SCHEMA_URL)
+    return None if isinstance(tracer, trace.NoOpTracer) else tracer  # OTEL_SDK_DISABLED=true
+
+
 def error_type(error: BaseException | None, status: str) -> str:
     if error is None:
         return status
@@ -96,8 +109,8 @@ def error_type(error: BaseException | None, status: str) -> str:
 class OTelObserver(Observer):
     """Spans, events and metrics of every contained call (see the module docstring).
 
-    ``tracer_provider`` / ``meter_provider``: explicit providers; by default the global ones, looked
-    up again when they change, and skipped entirely while no SDK is configured.
+    ``tracer_provider`` / ``meter_provider``: explicit providers; by default the global ones, used
+    once an SDK configured them and skipped until then (see :mod:`._otel_providers`).
     """
 
     def __init__(
@@ -106,23 +119,13 @@ class OTelObserver(Observer):
         meter_provider: Any = None,
         content: ContentCapture | None = None,
     ) -> None:
-        self._provider = tracer_provider
-        self._seen: object = None
-        self._tracer: trace.Tracer | None = None
-        self._metrics = Metrics(meter_provider)
+        self._tracers = ProviderCache(tracer_provider, trace.get_tracer_provider, _placeholder, _tracer_of)
+        self._metrics = instruments_of(meter_provider)
         self._content = content or ContentCapture.from_env()
         self._warned: set[str] = set()
 
     def _get_tracer(self) -> trace.Tracer | None:
-        provider = self._provider or trace.get_tracer_provider()
-        if provider is self._seen:
-            return self._tracer
-        self._seen, self._tracer = provider, None  # a provider that raises fails once, not per call
-        if type(provider) is trace.ProxyTracerProvider or isinstance(provider, trace.NoOpTracerProvider):
-            return None
-        tracer = provider.get_tracer("veronica_mw", __version__, schema_url=_SCHEMA_URL)
-        self._tracer = None if isinstance(tracer, trace.NoOpTracer) else tracer
-        return self._tracer
+        return self._tracers.get()
 
     def _failed(self, where: str, exc: Exception) -> None:
         # Logged once per hook: a misconfigured SDK would otherwise log on every call.

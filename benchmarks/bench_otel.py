@@ -1,0 +1,106 @@
+"""What OpenTelemetry costs per contained call. Prints JSON; ``python benchmarks/bench_otel.py [--quick]``.
+
+``ctx.wrap_llm_call`` of a trivial function, in microseconds per call (median of repeats):
+
+- ``off``: no OpenTelemetry observer (``VERONICA_MW_OTEL=0``, or opentelemetry-api not installed);
+- ``api_only``: opentelemetry-api installed, no SDK configured (the observer sees the API's
+  placeholder provider and does nothing);
+- ``sdk_noop_exporter``: the SDK's TracerProvider with a BatchSpanProcessor feeding an exporter
+  that drops everything (one span per call is built, ended and queued);
+- ``sdk_noop_exporter_and_metrics``: the same plus an SDK MeterProvider (calls, cost, tokens and
+  duration recorded per call).
+
+Needs ``opentelemetry-sdk``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+os.environ.pop("OTEL_SDK_DISABLED", None)  # the SDK modes must really record
+
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
+
+from veronica_mw import ExecutionConfig, ExecutionContext, WrapOptions  # noqa: E402
+from veronica_mw.observe import otel  # noqa: E402
+
+OPTIONS = WrapOptions(operation_name="bench", model="gpt-4o", provider="openai")
+
+
+class DropExporter(SpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def per_call_us(n: int, repeats: int) -> float:
+    ctx = ExecutionContext(ExecutionConfig(max_cost_usd=1e12, max_steps=10**12, max_retries_total=0))
+
+    def stub() -> None:
+        return None
+
+    wrap = ctx.wrap_llm_call
+    for _ in range(min(n, 1000)):  # warm up (first-use imports, tracer lookup)
+        wrap(stub, OPTIONS)
+    samples = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        for _ in range(n):
+            wrap(stub, OPTIONS)
+        samples.append((time.perf_counter() - start) / n * 1e6)
+    return round(statistics.median(samples), 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
+    args = parser.parse_args()
+    n, repeats = (2_000, 3) if args.quick else (50_000, 7)
+    figures: dict[str, float] = {}
+
+    otel.disable()
+    figures["off"] = per_call_us(n, repeats)
+
+    otel.enable()  # the global providers: nobody configured an SDK
+    figures["api_only"] = per_call_us(n, repeats)
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(DropExporter(), max_queue_size=100_000))
+    otel.enable(tracer_provider=tracer_provider)
+    figures["sdk_noop_exporter"] = per_call_us(n, repeats)
+
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    otel.enable(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    figures["sdk_noop_exporter_and_metrics"] = per_call_us(n, repeats)
+    otel.disable()
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+
+    print(
+        json.dumps(
+            {
+                "benchmark": "otel",
+                "python": platform.python_version(),
+                "platform": sys.platform,
+                "calls_per_repeat": n,
+                "wrap_llm_call_us": figures,
+                "overhead_us": {k: round(v - figures["off"], 3) for k, v in figures.items() if k != "off"},
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
