@@ -48,8 +48,9 @@ def enable(
     """Install the OpenTelemetry observer for every context of this process; return it.
 
     ``tracer_provider`` / ``meter_provider``: explicit providers (default: the global ones, from
-    the moment an SDK is configured; checked at most twice a second until then). ``capture_message_content``: record message contents on model-call
-    spans (default: what ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` says; off).
+    the moment an SDK is configured; checked at most twice a second until then).
+    ``capture_message_content``: record message contents on model-call spans (default: what
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` says; off).
     Raises :class:`~veronica_mw.MissingFrameworkError` when ``opentelemetry-api`` is not installed.
     """
     if tracer_provider is not None and not callable(getattr(tracer_provider, "get_tracer", None)):
