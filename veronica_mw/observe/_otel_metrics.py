@@ -9,19 +9,21 @@ or path — so a busy service does not grow one time series per request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics
 
 from .. import __version__
 from ._otel_providers import ProviderCache
 
+if TYPE_CHECKING:
+    from ..kernel.graph import CallNode
+
 _SCHEMA_URL = "https://opentelemetry.io/schemas/1.37.0"
 _TOKEN_BUCKETS = [4.0**k for k in range(14)]  # 1 ... 67_108_864 tokens
 _DURATION_BUCKETS = [0.01 * 2.0**k for k in range(14)]  # 10 ms ... 81.92 s
 
-_Attributes = Mapping[str, Any]
+FAILED = frozenset({"error", "interrupted", "rejected"})  # outcomes that set error.type
 
 
 def _placeholder(provider: object) -> bool:
@@ -62,6 +64,28 @@ class Instruments:
             "veronica.halts", unit="{halt}", description="Runs, requests and sessions halted, by reason."
         )
 
+    def record_call(self, node: CallNode, request_model: str | None, error: BaseException | None) -> None:
+        """One settled call: counted; its cost; for a model call, its tokens and duration."""
+        status = node.status
+        if node.kind == "llm":
+            options = node.options
+            operation = options.gen_ai_operation or "chat"
+            attributes = model_attributes(operation, request_model, options.provider, node.response_model)
+        else:
+            operation = "execute_tool"
+            attributes = {"gen_ai.operation.name": operation}
+        self.calls.add(1, {"gen_ai.operation.name": operation, "veronica.status": status})
+        if node.cost_usd > 0.0:
+            self.cost.add(node.cost_usd, attributes)
+        if node.kind != "llm" or status == "released":  # a released call never ran
+            return
+        if node.tokens_in or node.tokens_out:
+            self.tokens.record(node.tokens_in, {**attributes, "gen_ai.token.type": "input"})
+            self.tokens.record(node.tokens_out, {**attributes, "gen_ai.token.type": "output"})
+        if status in FAILED:
+            attributes["error.type"] = error_type(error, status)
+        self.duration.record(max(node.ended - node.started, 0.0), attributes)
+
 
 def _instruments(provider: Any) -> Instruments | None:
     if isinstance(provider, metrics.NoOpMeterProvider):
@@ -75,6 +99,14 @@ def _instruments(provider: Any) -> Instruments | None:
 def instruments_of(meter_provider: Any = None) -> ProviderCache[Instruments]:
     """The instruments of ``meter_provider``, else of the global provider once one is configured."""
     return ProviderCache(meter_provider, metrics.get_meter_provider, _placeholder, _instruments)
+
+
+def error_type(error: BaseException | None, status: str) -> str:
+    """The exception's qualified class name (builtins unqualified); the status when none was raised."""
+    if error is None:
+        return status
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def model_attributes(

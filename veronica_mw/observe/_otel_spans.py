@@ -22,9 +22,7 @@ tracer provider, an exporter raising inside ``span.end()``) is logged once and t
 from __future__ import annotations
 
 import logging
-import threading
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -33,54 +31,18 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from .. import __version__
 from ..kernel.observer import Observer
 from ._otel_content import ContentCapture
-from ._otel_metrics import instruments_of, model_attributes
+from ._otel_metrics import FAILED, error_type, instruments_of, model_attributes
 from ._otel_providers import ProviderCache
+from ._otel_state import Call, state_of, states
 
 if TYPE_CHECKING:
     from ..kernel.execution import ExecutionContext
     from ..kernel.graph import CallNode
+    from ..kernel.snapshot import ExecutionEvent
 
 logger = logging.getLogger("veronica_mw")
 
 _SCHEMA_URL = "https://opentelemetry.io/schemas/1.37.0"
-_FAILED = frozenset({"error", "interrupted"})
-
-
-class _Call:
-    __slots__ = ("span", "token")
-
-    def __init__(self, span: Span, token: object) -> None:
-        self.span = span
-        self.token = token  # set when the span was made current (inline calls only)
-
-
-class _ContextState:
-    """What the observer keeps per execution context (dropped with the context)."""
-
-    __slots__ = ("chain_id", "span", "calls", "received", "sent")
-
-    def __init__(self, chain_id: str, span: Span | None) -> None:
-        self.chain_id = chain_id
-        self.span = span  # current when the context started: the request's or session's span
-        self.calls: dict[int, _Call] = {}  # open spans by node id
-        self.received = 0
-        self.sent = 0
-
-
-# Module-level, not per observer: when enable() swaps the observer while calls are open, the new
-# one still finds and ends their spans.
-_states: WeakKeyDictionary[ExecutionContext, _ContextState] = WeakKeyDictionary()
-_states_lock = threading.Lock()
-
-
-def _state(ctx: ExecutionContext, span: Span | None = None) -> _ContextState:
-    state = _states.get(ctx)
-    if state is None:
-        with _states_lock:
-            state = _states.get(ctx)
-            if state is None:
-                state = _states[ctx] = _ContextState(ctx.chain_id, span)
-    return state
 
 
 def _recording(span: Span | None) -> Span | None:
@@ -97,13 +59,6 @@ def _tracer_of(provider: Any) -> trace.Tracer | None:
         return None
     tracer = provider.get_tracer("veronica_mw", __version__, schema_url=_SCHEMA_URL)
     return None if isinstance(tracer, trace.NoOpTracer) else tracer  # OTEL_SDK_DISABLED=true
-
-
-def error_type(error: BaseException | None, status: str) -> str:
-    if error is None:
-        return status
-    cls = type(error)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 class OTelObserver(Observer):
@@ -141,7 +96,7 @@ class OTelObserver(Observer):
         try:
             if self._get_tracer() is not None:
                 span = _recording(trace.get_current_span())
-                state = _state(ctx, span)
+                state = state_of(ctx, span)
                 if span is not None:  # the request's trace can be found by the 429's chain id
                     span.set_attribute("veronica.chain_id", state.chain_id)
         except Exception as exc:
@@ -158,7 +113,7 @@ class OTelObserver(Observer):
 
     def call_ended(self, ctx: ExecutionContext, node: CallNode, error: BaseException | None) -> None:
         try:
-            state = _states.get(ctx)
+            state = states.get(ctx)
             if node.options.session_message:
                 if state is not None and node.status == "ok":
                     if node.name == "websocket.send":
@@ -166,19 +121,53 @@ class OTelObserver(Observer):
                     else:
                         state.received += 1
                 return
-            call = state.calls.pop(node.node_id, None) if state is not None else None
+            call = downgraded = None
+            if state is not None:
+                call = state.calls.pop(node.node_id, None)
+                if state.downgraded:
+                    downgraded = state.downgraded.pop(node.node_id, None)
             try:
-                self._record(node, error)
+                instruments = self._metrics.get()
+                if instruments is not None:
+                    instruments.record_call(node, downgraded or node.options.model, error)
             finally:
                 if call is not None:
                     self._end(call, node, error)
         except Exception as exc:
             self._failed("call_ended", exc)
 
+    def event(self, ctx: ExecutionContext, event: ExecutionEvent) -> None:
+        # The context's events (an unpriced call, a divergence, a downgrade, ...) become span events:
+        # on the call's span when the event names its node, else where they happened. A downgrade
+        # also renames the call's span: the request went to the fallback model.
+        try:
+            data = event.data
+            node_id = data.get("node_id")
+            call = None
+            if isinstance(node_id, int):
+                state = states.get(ctx)
+                call = state.calls.get(node_id) if state is not None else None
+                target = data.get("to_model")
+                if event.kind == "downgraded" and isinstance(target, str):
+                    state_of(ctx).downgraded[node_id] = target
+                    if call is not None:
+                        call.span.update_name(f"{call.operation} {target}")
+                        call.span.set_attribute("gen_ai.request.model", target)
+                        call.span.set_attribute("veronica.requested_model", str(data.get("from_model")))
+            span = _recording(call.span if call is not None else trace.get_current_span())
+            if span is not None:
+                attributes: dict[str, Any] = {"veronica.detail": event.detail}
+                for key, value in data.items():
+                    if isinstance(value, (str, bool, int, float)):
+                        attributes[f"veronica.{key}"] = value
+                span.add_event(f"veronica.{event.kind}", attributes)
+        except Exception as exc:
+            self._failed("event", exc)
+
     def halted(self, ctx: ExecutionContext, reason: str, detail: str) -> None:
         try:
             snapshot = ctx.get_snapshot()
-            state = _states.get(ctx)
+            state = states.get(ctx)
             span = _recording(trace.get_current_span())
             if span is None and state is not None:
                 # Halted off the request's thread (the timeout pool): the context's own span, else
@@ -225,7 +214,7 @@ class OTelObserver(Observer):
         # The totals go on the context's span if it is still open: a WebSocket session's server
         # span is; an HTTP server span usually ended with the response's last body chunk.
         try:
-            state = _states.get(ctx)
+            state = states.get(ctx)
             span = _recording(state.span) if state is not None else None
             if state is None or span is None:
                 return
@@ -246,7 +235,7 @@ class OTelObserver(Observer):
     # -- spans -----------------------------------------------------------------------------------
 
     def _start(self, tracer: trace.Tracer, ctx: ExecutionContext, node: CallNode) -> None:
-        state = _state(ctx)
+        state = state_of(ctx)
         options = node.options
         parent: otel_context.Context | None = None  # None: the current span is the parent
         if node.parent_id is not None:
@@ -256,13 +245,14 @@ class OTelObserver(Observer):
         attributes: dict[str, Any]
         if node.kind == "llm":
             operation = options.gen_ai_operation or "chat"
-            model = node.model
+            model = node.model  # the requested model (a downgrade renames the span, see event())
             name = f"{operation} {model}" if model else operation
             kind = SpanKind.CLIENT
             attributes = model_attributes(operation, model, options.provider, None)
             if options.operation_name:
                 attributes["veronica.operation_name"] = options.operation_name
         else:
+            operation = "execute_tool"
             name = f"execute_tool {node.name}"
             kind = SpanKind.INTERNAL
             attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": node.name}
@@ -270,9 +260,9 @@ class OTelObserver(Observer):
         attributes["veronica.step"] = node.step
         span = tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
         token = otel_context.attach(trace.set_span_in_context(span)) if node.inline else None
-        state.calls[node.node_id] = _Call(span, token)
+        state.calls[node.node_id] = Call(span, token, operation)
 
-    def _end(self, call: _Call, node: CallNode, error: BaseException | None) -> None:
+    def _end(self, call: Call, node: CallNode, error: BaseException | None) -> None:
         span = call.span
         try:
             status = node.status
@@ -288,7 +278,7 @@ class OTelObserver(Observer):
                     attributes["gen_ai.usage.output_tokens"] = node.tokens_out
                 if node.response_model:
                     attributes["gen_ai.response.model"] = node.response_model
-            if status in _FAILED:
+            if status in FAILED:
                 attributes["error.type"] = error_type(error, status)
                 span.set_status(Status(StatusCode.ERROR, str(error) if error is not None else status))
             span.set_attributes(attributes)
@@ -298,29 +288,3 @@ class OTelObserver(Observer):
             if call.token is not None:
                 otel_context.detach(call.token)  # type: ignore[arg-type]
             span.end()
-
-    # -- metrics ---------------------------------------------------------------------------------
-
-    def _record(self, node: CallNode, error: BaseException | None) -> None:
-        instruments = self._metrics.get()
-        if instruments is None:
-            return
-        status = node.status
-        if node.kind == "llm":
-            options = node.options
-            operation = options.gen_ai_operation or "chat"
-            attributes = model_attributes(operation, node.model, options.provider, node.response_model)
-        else:
-            operation = "execute_tool"
-            attributes = {"gen_ai.operation.name": operation}
-        instruments.calls.add(1, {"gen_ai.operation.name": operation, "veronica.status": status})
-        if node.cost_usd > 0.0:
-            instruments.cost.add(node.cost_usd, attributes)
-        if node.kind != "llm" or status == "released":
-            return
-        if node.tokens_in or node.tokens_out:
-            instruments.tokens.record(node.tokens_in, {**attributes, "gen_ai.token.type": "input"})
-            instruments.tokens.record(node.tokens_out, {**attributes, "gen_ai.token.type": "output"})
-        if status in _FAILED:
-            attributes["error.type"] = error_type(error, status)
-        instruments.duration.record(max(node.ended - node.started, 0.0), attributes)

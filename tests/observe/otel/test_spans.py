@@ -13,7 +13,16 @@ from genai_prices import Usage, calc_price
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
-from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted, WrapOptions
+from veronica_mw import (
+    ExecutionConfig,
+    ExecutionContext,
+    ExecutionHalted,
+    PolicyContext,
+    PolicyDecision,
+    PolicyPipeline,
+    WrapOptions,
+)
+from veronica_mw.control import MaxLength
 
 from .otel_support import Telemetry, attrs, children_of, otel
 
@@ -282,3 +291,53 @@ def test_metrics_have_the_conventional_names_units_and_only_low_cardinality_attr
         frozenset({("gen_ai.operation.name", "execute_tool"), ("veronica.status", "ok")}): 2,
     }
     assert otel.values(points["veronica.halts"]) == {frozenset({("veronica.reason", "step_limit")}): 2}
+
+
+class Downgrade:
+    """A policy sending model calls to a cheaper model (issue 16's MODIFY decision)."""
+
+    policy_type = "downgrade"
+
+    def check(self, context: PolicyContext) -> PolicyDecision:
+        return PolicyDecision(allowed=True, policy_type=self.policy_type, fallback_model="gpt-4o-mini")
+
+    def reset(self) -> None:
+        pass
+
+
+def test_a_downgraded_call_is_named_after_the_model_it_was_sent_to(otel: Telemetry) -> None:
+    with ExecutionContext(LIMITS, pipeline=PolicyPipeline([Downgrade()])) as ctx:
+        node = ctx.begin_call("llm", WrapOptions(model="gpt-4o"))
+        assert node.fallback_model == "gpt-4o-mini"
+        node.downgraded("gpt-4o")  # the adapter sent the request to the fallback
+        node.commit(usage={"input_tokens": 1000, "output_tokens": 500}, model="gpt-4o-mini")
+    span = otel.span("chat gpt-4o-mini")
+    assert attrs(span)["gen_ai.request.model"] == "gpt-4o-mini"
+    assert attrs(span)["veronica.requested_model"] == "gpt-4o"
+    (event,) = span.events  # on the call's own span
+    assert event.name == "veronica.downgraded" and attrs(event)["veronica.to_model"] == "gpt-4o-mini"
+    tokens = otel.values(otel.collect()["gen_ai.client.token.usage"])
+    assert {dict(key)["gen_ai.request.model"] for key in tokens} == {"gpt-4o-mini"}
+
+
+def test_an_output_that_fails_its_check_is_a_rejected_error_span(otel: Telemetry) -> None:
+    tracer = otel.tracer_provider.get_tracer("test")
+    ctx = ExecutionContext(LIMITS, checks=[(MaxLength(3), "halt")])
+    with tracer.start_as_current_span("request"), ctx:
+        with pytest.raises(ExecutionHalted):
+            ctx.call_llm(lambda: "far too long an answer", options=GPT4O)
+    span = otel.span("chat gpt-4o")
+    assert attrs(span)["veronica.status"] == "rejected"
+    assert attrs(span)["error.type"] == "veronica_mw.kernel.exceptions.OutputRejected"
+    assert span.status.status_code is StatusCode.ERROR
+    assert [attrs(e)["veronica.reason"] for e in otel.span("request").events] == ["verification_failed"]
+    assert otel.halts() == {"verification_failed": 1}
+
+
+def test_context_events_become_span_events_where_they_happened(otel: Telemetry) -> None:
+    with ExecutionContext(LIMITS) as ctx:
+        # usage without a model name: the kernel keeps the hint and says so, inside the call
+        ctx.call_llm(lambda: {"usage": {"input_tokens": 5, "output_tokens": 1}})
+    (event,) = otel.span("chat").events
+    assert event.name == "veronica.unpriced"
+    assert "without a model name" in attrs(event)["veronica.detail"]
