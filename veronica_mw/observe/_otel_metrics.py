@@ -36,23 +36,34 @@ def _placeholder(provider: object) -> bool:
     return cls.__name__ == "_ProxyMeterProvider" and cls.__module__.startswith("opentelemetry.metrics")
 
 
+def _histogram(meter: metrics.Meter, name: str, unit: str, description: str, buckets: list[float]) -> Any:
+    try:
+        return meter.create_histogram(
+            name, unit=unit, description=description, explicit_bucket_boundaries_advisory=buckets
+        )
+    except TypeError:  # an older SDK without bucket advice: its default buckets
+        return meter.create_histogram(name, unit=unit, description=description)
+
+
 class Instruments:
     """The five instruments, made from one meter."""
 
     __slots__ = ("tokens", "duration", "cost", "calls", "halts")
 
     def __init__(self, meter: metrics.Meter) -> None:
-        self.tokens = meter.create_histogram(
+        self.tokens = _histogram(
+            meter,
             "gen_ai.client.token.usage",
-            unit="{token}",
-            description="Number of input and output tokens used per model call.",
-            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+            "{token}",
+            "Input and output tokens per model call.",
+            _TOKEN_BUCKETS,
         )
-        self.duration = meter.create_histogram(
+        self.duration = _histogram(
+            meter,
             "gen_ai.client.operation.duration",
-            unit="s",
-            description="Duration of model calls contained by veronica-mw.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+            "s",
+            "Duration of contained model calls.",
+            _DURATION_BUCKETS,
         )
         self.cost = meter.create_counter(
             "veronica.cost", unit="USD", description="Committed cost of contained calls."

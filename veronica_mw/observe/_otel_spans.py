@@ -77,6 +77,9 @@ class OTelObserver(Observer):
         self._tracers = ProviderCache(tracer_provider, trace.get_tracer_provider, _placeholder, _tracer_of)
         self._metrics = instruments_of(meter_provider)
         self._content = content or ContentCapture.from_env()
+        # With contents opted in, ask the kernel and the adapters to keep each call's request and
+        # response text on its node (they skip building them otherwise).
+        self.record_bodies = self._content.enabled
         self._warned: set[str] = set()
 
     def _get_tracer(self) -> trace.Tracer | None:

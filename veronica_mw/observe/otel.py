@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..kernel.exceptions import MissingFrameworkError
 from ..kernel.observer import Observer, add_observer, remove_observer
+from ._otel_content import ContentCapture  # reads the environment only: imports no opentelemetry
 
 if TYPE_CHECKING:
     from ..kernel.execution import ExecutionContext
@@ -74,7 +75,6 @@ def active_observer() -> Observer | None:
 
 def _build(tracer_provider: Any, meter_provider: Any, capture: bool | None) -> Observer:
     try:
-        from ._otel_content import ContentCapture
         from ._otel_spans import OTelObserver
     except ImportError as exc:
         raise MissingFrameworkError(
@@ -100,6 +100,9 @@ class _StandIn(Observer):
     It then takes its own place in the global list and hands every notification it still gets (a
     thread that read the list before the swap) to whatever observer is installed now.
     """
+
+    def __init__(self) -> None:
+        self.record_bodies = ContentCapture.from_env().enabled  # the real one will ask the same
 
     def _target(self) -> Observer | None:
         global _active
