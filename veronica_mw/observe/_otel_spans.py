@@ -119,7 +119,7 @@ class OTelObserver(Observer):
             state = states.get(ctx)
             if node.options.session_message:
                 if state is not None and node.status == "ok":
-                    if node.name == "websocket.send":
+                    if node.name == "websocket.send":  # the web layer's name for a message out
                         state.sent += 1
                     else:
                         state.received += 1
@@ -175,8 +175,9 @@ class OTelObserver(Observer):
             if span is None and state is not None:
                 # Halted off the request's thread (the timeout pool): the context's own span, else
                 # the call that was running.
+                open_calls = tuple(state.calls.values())  # a copy: other threads add and remove
                 span = _recording(state.span) or next(
-                    (c.span for c in reversed(state.calls.values()) if c.span.is_recording()), None
+                    (c.span for c in reversed(open_calls) if c.span.is_recording()), None
                 )
             if span is not None:
                 span.add_event(

@@ -64,7 +64,8 @@ def enable(
 
 
 def disable() -> None:
-    """Remove the OpenTelemetry observer. A call already running when it goes keeps no span."""
+    """Remove the OpenTelemetry observer. Do it while no contained call runs: the span of a call
+    running across it is never ended (nor, for a ``call_*`` form, taken off that thread's context)."""
     _install(None)
 
 
