@@ -74,8 +74,8 @@ class ContentCapture:
     def record(self, span: Span, node: CallNode) -> None:
         if node.kind != "llm":
             return
-        io: Any = getattr(node, "io", None)
-        if not isinstance(io, Mapping):
+        io = node.io  # filled only because this observer asked for bodies (record_bodies)
+        if io is None:
             return
         request = io.get("request")
         if isinstance(request, Mapping):
