@@ -184,7 +184,8 @@ class OpenCalls:
 
 class RunScope:
     """One ``Runner`` call seen by ``instrument()``: what the hooks cannot see for themselves
-    (the model named in ``RunConfig.model``) and the calls still open when the run ends."""
+    (the model named in ``RunConfig.model``), the model call in flight (for a provider request
+    made underneath it, see :meth:`model_call`) and the calls still open when the run ends."""
 
     __slots__ = ("model", "open", "_lock")
 
@@ -200,6 +201,15 @@ class RunScope:
     def untrack(self, call: Call) -> None:
         with self._lock:
             self.open.discard(call)
+
+    def model_call(self, ctx: Any) -> CallNode | None:
+        """The run's model call in flight in ``ctx`` (a run makes one model call at a time)."""
+        with self._lock:
+            for call in self.open:
+                node = call.node
+                if call.kind == "llm" and not node.settled and node.context is ctx:
+                    return node
+        return None
 
     def finish(self, exc: BaseException | None) -> None:
         """Settle what is still open. Only one call takes the blame for ``exc`` (the model call,

@@ -10,6 +10,12 @@ used as tools) go through ``Runner.run`` too, so they are contained as well.
 Each contained call also publishes a :class:`RunScope` for its hooks: the model a ``RunConfig``
 forces (the hooks cannot see the run config) and, when the run ends, the calls whose end hook
 never ran, settled knowing how the run ended.
+
+One model call is one step however many layers see it: the SDK's OpenAI models send their
+requests through the OpenAI SDK, which ``veronica_mw.instrument("openai")`` contains too. The
+request runs in the run's own task, where the scope is visible (our hooks run in tasks of their
+own, so no ContextVar of theirs could reach it), so the provider instrumentation is told, through
+a finder, which step the request belongs to: the model call in flight, begun by ``on_llm_start``.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from agents import RunHooks
 from agents.lifecycle import RunHooksBase
 from agents.run import AgentRunner
 
-from .. import get_current_execution_context
+from .. import CallNode, ExecutionContext, get_current_execution_context
+from . import _provider_claims
 from ._openai_agents_calls import RunScope, current_run
 from ._openai_agents_hooks import VeronicaRunHooks, model_and_provider
 
@@ -156,6 +163,12 @@ def _outcome(task: asyncio.Future[Any]) -> BaseException | None:
     return task.exception()
 
 
+def _enclosing_model_call(ctx: ExecutionContext) -> CallNode | None:
+    """For the provider instrumentation: the model call a request made here belongs to."""
+    scope = current_run.get()
+    return scope.model_call(ctx) if scope is not None else None
+
+
 _WRAPPERS = {"run": _wrap_run, "run_sync": _wrap_run_sync, "run_streamed": _wrap_run_streamed}
 _originals: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -171,6 +184,7 @@ def instrument() -> None:
             if callable(original):  # hasattr-style guard against API drift
                 _originals[name] = original
                 setattr(AgentRunner, name, wrap(original))
+        _provider_claims.register(_enclosing_model_call)
 
 
 def uninstrument() -> None:
@@ -179,6 +193,7 @@ def uninstrument() -> None:
         for name, original in _originals.items():
             setattr(AgentRunner, name, original)
         _originals.clear()
+        _provider_claims.unregister(_enclosing_model_call)
 
 
 def instrumented() -> bool:
