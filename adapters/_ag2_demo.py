@@ -1,8 +1,10 @@
 """The paper's multi-agent scenario on real AG2, offline: a planner and a critic revising forever.
 
 Baseline: 30 iterations (the planner drafts with its model, the critic reviews with its model) with
-nothing but AG2. Contained: the same loop with the AG2 adapter and ``max_steps=8``. Both use
-scripted fake models that report token usage, and count how often they were really called.
+nothing but AG2. Contained: the same loop with the AG2 adapter under a coordinator context with
+``max_steps=8`` that gives each agent its own share (``coordinator.child(...)``, 5 steps each: the
+shares add up to more than the coordinator has, and the coordinator still bounds their sum). Both
+use scripted fake models that report token usage, and count how often they were really called.
 Used by ``veronica-mw demo``; it raises :class:`~veronica_mw.MissingFrameworkError` without AG2.
 """
 
@@ -33,8 +35,10 @@ def run_multi_agent_scenario(iterations: int = 30, max_steps: int = 8) -> dict[s
     run = _legacy_loop if GENERATION == "0.14" else _v1_loop
     baseline_calls, _ = run(iterations, None)
     config = ExecutionConfig(max_cost_usd=1.0, max_steps=max_steps, max_retries_total=0)
-    context = ExecutionContext(config)
-    contained_calls, halted = run(iterations, context)
+    context = ExecutionContext(config, parent=None, name="coordinator")
+    share = max_steps // 2 + 1
+    agents = {role: context.child(role, max_cost_usd=0.5, max_steps=share) for role in ("planner", "critic")}
+    contained_calls, halted = run(iterations, agents)
     snapshot = context.get_snapshot()
     per_call = price_usage(USAGE, MODEL)
     return {
@@ -50,7 +54,10 @@ def run_multi_agent_scenario(iterations: int = 30, max_steps: int = 8) -> dict[s
         "contained_cost_usd": round(snapshot.cost_usd_accumulated, 8),
         "halted": halted is not None,
         "halt_reason": halted.reason if halted is not None else None,
+        "halt_detail": halted.detail if halted is not None else None,
         "steps_used": snapshot.step_count,
+        "contexts": snapshot.as_dict(),
+        "tree": context.tree(),
     }
 
 
@@ -116,12 +123,15 @@ def _quiet_client_log() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _legacy_loop(iterations: int, context: ExecutionContext | None) -> tuple[int, ExecutionHalted | None]:
+Contexts = dict[str, ExecutionContext] | None  # each agent's own context, or None (baseline)
+
+
+def _legacy_loop(iterations: int, contexts: Contexts) -> tuple[int, ExecutionHalted | None]:
     with _quiet_client_log():
-        return _legacy_chat(iterations, context)
+        return _legacy_chat(iterations, contexts)
 
 
-def _legacy_chat(iterations: int, context: ExecutionContext | None) -> tuple[int, ExecutionHalted | None]:
+def _legacy_chat(iterations: int, contexts: Contexts) -> tuple[int, ExecutionHalted | None]:
     from autogen import ConversableAgent  # type: ignore[import-not-found, unused-ignore]
     from autogen.io import IOStream  # type: ignore[import-not-found, unused-ignore]
 
@@ -141,10 +151,9 @@ def _legacy_chat(iterations: int, context: ExecutionContext | None) -> tuple[int
         agent.register_model_client(_ScriptedClient, role=role, calls=calls)  # type: ignore[arg-type, unused-ignore]
         agents.append(agent)
     planner, critic = agents
-    if context is not None:
-        capability = VeronicaCapability(context)
-        capability.add_to_agent(planner)
-        capability.add_to_agent(critic)
+    if contexts is not None:
+        for agent in agents:
+            VeronicaCapability(contexts[agent.name]).add_to_agent(agent)
 
     def first_draft(sender: Any, recipient: Any, chat_context: Any) -> Any:
         # The planner's model writes the first draft too, so every iteration is two model calls.
@@ -161,11 +170,11 @@ def _legacy_chat(iterations: int, context: ExecutionContext | None) -> tuple[int
 # -- AG2 1.x -------------------------------------------------------------------------------------
 
 
-def _v1_loop(iterations: int, context: ExecutionContext | None) -> tuple[int, ExecutionHalted | None]:
-    return _run_coroutine(_v1_chat(iterations, context))
+def _v1_loop(iterations: int, contexts: Contexts) -> tuple[int, ExecutionHalted | None]:
+    return _run_coroutine(_v1_chat(iterations, contexts))
 
 
-async def _v1_chat(iterations: int, context: ExecutionContext | None) -> tuple[int, ExecutionHalted | None]:
+async def _v1_chat(iterations: int, contexts: Contexts) -> tuple[int, ExecutionHalted | None]:
     from ag2 import Agent  # type: ignore[import-not-found, unused-ignore]
     from ag2.events import ModelMessage, ModelResponse  # type: ignore[import-not-found, unused-ignore]
     from ag2.events.types import Usage  # type: ignore[import-not-found, unused-ignore]
@@ -174,11 +183,11 @@ async def _v1_chat(iterations: int, context: ExecutionContext | None) -> tuple[i
     from ._ag2_v1 import VeronicaMiddleware
 
     usage = Usage(prompt_tokens=USAGE.input_tokens, completion_tokens=USAGE.output_tokens)
-    middleware = [VeronicaMiddleware(context)] if context is not None else []
     models = {}
     agents = {}
     for role, text in (("planner", "Plan: ..."), ("critic", "Review: the risks are not covered, revise.")):
         models[role] = TrackingConfig(TestConfig(ModelResponse(ModelMessage(text), usage=usage, model=MODEL)))
+        middleware = [VeronicaMiddleware(contexts[role])] if contexts is not None else []
         agents[role] = Agent(role, config=models[role], middleware=middleware)
     message = TASK
     halted: ExecutionHalted | None = None

@@ -3,8 +3,12 @@
 CrewAI's hooks are process-wide, so every installed instance sees every crew's calls. The owner
 is decided per call: inside ``with hooks:`` (a ContextVar, which CrewAI copies into the threads
 and tasks it starts) only that instance; elsewhere each instance installed with ``install()``.
-Each owner resolves its context with the usual binding rule, and a call is begun once per
-distinct context. Imported only by :mod:`veronica_mw.adapters.crewai`, after its framework gate.
+Each owner resolves its context with the usual binding rule. Whatever the owners, a call made
+inside a current ``ExecutionContext`` while any instance is active also counts there: a ``with``
+block in one thread must not leave crews that other threads run in their own contexts
+uncounted. A call is begun once per context that is not already covered by another (a child's
+call counts in its ancestors anyway). Imported only by :mod:`veronica_mw.adapters.crewai`, after
+its framework gate.
 """
 
 from __future__ import annotations
@@ -15,7 +19,15 @@ from typing import Any, Protocol
 
 from crewai.hooks import HookAborted
 
-from .. import CallNode, ContextBinding, ExecutionContext, ExecutionHalted, TokenUsage, WrapOptions
+from .. import (
+    CallNode,
+    ContextBinding,
+    ExecutionContext,
+    ExecutionHalted,
+    TokenUsage,
+    WrapOptions,
+    get_current_execution_context,
+)
 
 
 class CrewExecutionHalted(ExecutionHalted, HookAborted):
@@ -47,18 +59,42 @@ installed: list[Owner] = []
 scope: ContextVar[tuple[Owner, Any] | None] = ContextVar("veronica_crewai_scope", default=None)
 
 
+def _counts_in(ctx: ExecutionContext, other: ExecutionContext) -> bool:
+    """A call counted in ``ctx`` is also counted in ``other`` (``ctx`` itself or an ancestor)."""
+    level: ExecutionContext | None = ctx
+    while level is not None:
+        if level is other:
+            return True
+        level = level.parent
+    return False
+
+
+def _add(found: list[tuple[Owner, ExecutionContext]], owner: Owner, ctx: ExecutionContext) -> None:
+    if any(_counts_in(seen, ctx) for _, seen in found):
+        return  # already counted there, through this very context or a child of it
+    found[:] = [(o, seen) for o, seen in found if not _counts_in(ctx, seen)]  # ctx covers them
+    found.append((owner, ctx))
+
+
 def owners() -> list[tuple[Owner, ExecutionContext]]:
     current = scope.get()
-    candidates = list(installed)
-    if current is not None and current[0] in candidates:
+    active = list(installed)
+    if not active:
+        return []
+    if current is not None and current[0] in active:
         candidates = [current[0]]
     else:
-        candidates = [owner for owner in candidates if owner.serves_globally]
+        candidates = [owner for owner in active if owner.serves_globally]
     found: list[tuple[Owner, ExecutionContext]] = []
     for owner in candidates:
         ctx = owner.binding.resolve()
-        if ctx is not None and all(ctx is not seen for _, seen in found):
-            found.append((owner, ctx))
+        if ctx is not None:
+            _add(found, owner, ctx)
+    here = get_current_execution_context()
+    if here is not None:
+        # The crew runs inside a context: it is counted there, whichever instance is active (its
+        # cost hints: this block's instance, else the first one installed).
+        _add(found, candidates[0] if candidates else active[0], here)
     return found
 
 

@@ -8,12 +8,13 @@ Two ways in (use one; if both are present the outer one owns the request and the
   :class:`~veronica_mw.web.wsgi.VeronicaWSGIMiddleware` with the same settings.
 
 ``settings.VERONICA`` keys: ``max_cost_usd``, ``max_steps``, ``max_retries_total`` (required unless
-``config`` is given), ``timeout_ms``; or ``config`` (a callable of ``request.META``, or its dotted
-path); ``default_config`` (an ``ExecutionConfig`` or a dict of limits), ``exclude_paths``,
-``budget_pool``, ``circuit_breaker`` and ``audit`` (a :class:`veronica_mw.AuditLog`) -- objects or
-dotted paths -- and ``usage_headers``; ``checks`` and ``policies`` (lists of objects or dotted paths:
-output checks, runtime policies); ``instrument`` (default ``True``: provider SDK calls made while a
-request is served are contained; see ``veronica_mw.instrument()``).
+``config`` is given), ``timeout_ms``, ``warn_at`` (soft-limit fractions); or ``config`` (a callable
+of ``request.META``, or its dotted path); ``default_config`` (an ``ExecutionConfig`` or a dict of
+limits), ``exclude_paths``, ``budget_pool``, ``circuit_breaker``, ``audit`` (a
+:class:`veronica_mw.AuditLog`) and ``on_warn`` (a callable of the ``soft_limit`` event) -- objects
+or dotted paths -- and ``usage_headers``; ``checks`` and ``policies`` (lists of objects or dotted
+paths: output checks, runtime policies); ``instrument`` (default ``True``: provider SDK calls made
+while a request is served are contained; see ``veronica_mw.instrument()``).
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ from ..web.wsgi import ENVIRON_KEY, VeronicaWSGIMiddleware
 
 __all__ = ["VeronicaMiddleware", "middleware_options", "wrap_wsgi_application"]
 
-_LIMITS = ("max_cost_usd", "max_steps", "max_retries_total", "timeout_ms")
+_LIMITS = ("max_cost_usd", "max_steps", "max_retries_total", "timeout_ms", "warn_at")
 _OPTIONS = (
     "config", "default_config", "exclude_paths", "budget_pool", "usage_headers", "circuit_breaker", "checks",
-    "policies", "audit", "instrument",
+    "policies", "audit", "instrument", "on_warn",
 )  # fmt: skip
 
 
@@ -112,6 +113,10 @@ def middleware_options() -> dict[str, Any]:
     if audit is not None and not isinstance(audit, Observer):
         raise ImproperlyConfigured("settings.VERONICA['audit'] must be a veronica_mw.AuditLog")
     options["audit"] = audit
+    on_warn = _loaded(raw.get("on_warn"))
+    if on_warn is not None and not callable(on_warn):
+        raise ImproperlyConfigured("settings.VERONICA['on_warn'] must be a callable (event) -> None")
+    options["on_warn"] = on_warn
     options["usage_headers"] = bool(raw.get("usage_headers", False))
     for key in ("checks", "policies"):
         value = raw.get(key, ())
@@ -191,7 +196,9 @@ class VeronicaMiddleware:
         self._pool = pool
         self._usage = options["usage_headers"]
         self._breaker = options["circuit_breaker"]
-        self._options = context_options(options["checks"], options["policies"], options["audit"])
+        self._options = context_options(
+            options["checks"], options["policies"], options["audit"], options["on_warn"]
+        )
         self._audit: tuple[Observer, ...] = (options["audit"],) if options["audit"] is not None else ()
         if options["instrument"]:
             instrument()

@@ -56,6 +56,23 @@ def bench_wrap(pipeline: PolicyPipeline | None) -> Callable[[int], None]:
     return run
 
 
+def bench_wrap_nested(depth: int) -> Callable[[int], None]:
+    """``wrap_llm_call`` in the innermost of ``depth`` nested contexts (each call counts in all)."""
+    ctx = ExecutionContext(big_config(), divergence_threshold=0, parent=None)
+    for level in range(1, depth):
+        ctx = ExecutionContext(big_config(), divergence_threshold=0, parent=ctx, name=f"level-{level}")
+
+    def stub() -> None:
+        return None
+
+    def run(n: int) -> None:
+        wrap = ctx.wrap_llm_call
+        for _ in range(n):
+            wrap(stub)
+
+    return run
+
+
 def bench_two_phase(n: int) -> None:
     ctx = ExecutionContext(big_config(), divergence_threshold=0)
     begin = ctx.begin_call
@@ -124,6 +141,7 @@ def main() -> None:
         "us_per_op": {
             "wrap_llm_call": per_op_us(bench_wrap(None), n),
             "wrap_llm_call_3_policy_pipeline": per_op_us(bench_wrap(three), n),
+            "wrap_llm_call_nested_3_deep": per_op_us(bench_wrap_nested(3), n),
             "begin_call_commit": per_op_us(bench_two_phase, n),
             "BudgetEnforcer.spend": per_op_us(bench_spend, n),
             "CircuitBreaker.check": per_op_us(bench_breaker, n),

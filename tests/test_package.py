@@ -99,6 +99,17 @@ def test_wheel_has_no_top_level_adapters_package(tmp_path: Path) -> None:
     assert "veronica_mw/py.typed" in names
 
 
+def test_demo_cli_table_has_no_log_lines_in_it() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "veronica_mw.cli", "demo"], capture_output=True, text=True, check=True
+    )
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("scenario") and "websocket_runaway" in out.stdout
+    # The contained WebSocket session's 1008 close is logged; none of it may land in the table.
+    assert "veronica_mw:" not in out.stdout and "veronica_mw:" not in out.stderr
+    assert out.stderr == ""
+
+
 def test_demo_cli_json() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "veronica_mw.cli", "demo", "--json"],

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _demo_kernel
@@ -74,6 +76,41 @@ def run_demo() -> list[dict[str, Any]]:
     return rows
 
 
+@contextlib.contextmanager
+def _quiet_library_logs() -> Iterator[list[logging.LogRecord]]:
+    """Keep what the scenarios log (the 1008 close of the contained WebSocket session, say) out of
+    the table: with no handler configured, Python's last-resort handler would print it to stderr,
+    in the middle of the output. The records are collected instead."""
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("veronica_mw")
+    handler, propagate = Collect(logging.DEBUG), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+def _print_tree(rows: list[dict[str, Any]]) -> None:
+    """The multi-agent scenario's contexts as a tree (box-drawing characters on a terminal)."""
+    for row in rows:
+        tree = row.get("detail", {}).get("tree")
+        if not tree:
+            continue
+        if not sys.stdout.isatty():
+            tree = tree.translate(str.maketrans("├└─│", "|`-|"))
+        print()
+        print(f"{row['scenario']}: contexts")
+        print(tree)
+
+
 def _print_table(rows: list[dict[str, Any]]) -> None:
     header = f"{'scenario':<22}{'baseline':>10}{'veronica':>10}{'reduction':>11}  mechanism"
     print(header)
@@ -95,10 +132,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = run_demo()
+    with _quiet_library_logs():
+        rows = run_demo()
     if args.json:
         json.dump({"scenarios": rows}, sys.stdout, indent=2)
         print()
     else:
         _print_table(rows)
+        _print_tree(rows)
     return 0

@@ -14,7 +14,10 @@ from collections import deque
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
+from . import _nesting
 from . import observer as _obs
+from ._nesting import NESTED_HELD
+from ._soft_limits import SoftLimits
 from ._validate import check_number
 from .config import ExecutionConfig, WrapOptions
 from .context import current_node
@@ -33,11 +36,17 @@ if TYPE_CHECKING:
 _EPSILON = 1e-9  # float sums of exact hints may land a hair over the ceiling
 # node._held: no parent reservation / one to settle synchronously / one whose settle an async
 # caller will await after the sync step it runs (see _async_ledger) / that settle, now owed.
+# A nested context's nodes hold the ancestors' reservations too (see _nesting: NESTED, NESTED_HELD).
 FREE, HELD, AWAITED, OWED = 0, 1, 2, 3
 
 
-class Ledger:
-    """Mixin of :class:`~veronica_mw.ExecutionContext` holding its admission/settlement logic."""
+class Ledger(SoftLimits):
+    """Mixin of :class:`~veronica_mw.ExecutionContext` holding its admission/settlement logic.
+
+    The code here is the flat path (a context with no parent); a nested context branches to
+    :mod:`._nesting` at one ``_up`` check per admission, and its nodes' ``_held`` state routes
+    their settlement there.
+    """
 
     if not TYPE_CHECKING:  # the slots live on ExecutionContext; mypy would reject writes here
         __slots__ = ()
@@ -63,6 +72,9 @@ class Ledger:
         _deadline: float
         _observers: tuple[_obs.Observer, ...]
         _verifier: OutputVerifier | None
+        _up: Any
+        _budgets: tuple[BudgetParent, ...]
+        _down: tuple[Any, ...]
 
         @property
         def chain_id(self) -> str: ...
@@ -90,6 +102,8 @@ class Ledger:
         parent_id: int | None,
         inline: bool = False,
     ) -> CallNode | None:
+        if self._up is not None:
+            return _nesting.begin(self, kind, options, key, parent_id, inline)  # type: ignore[arg-type]
         node, fresh = self._admit(kind, options, key, parent_id)
         if node is None or not fresh:
             return node
@@ -158,7 +172,9 @@ class Ledger:
                     return existing, False
             if self._reason is not None:
                 return None, False
-            if self._steps >= config.max_steps:
+            # The gate is the step limit, or lower when a soft limit comes first (no extra test).
+            gate = self._steps >= self._step_gate
+            if gate and self._steps >= config.max_steps:
                 halt = HaltReason.STEP_LIMIT
             elif (kind == "llm" or hint > 0.0) and (
                 self._committed + self._reserved + hint > config.max_cost_usd + _EPSILON
@@ -185,6 +201,8 @@ class Ledger:
         if halt is not None:
             self._abort(halt, self._limit_detail(halt, hint))
             return None, False
+        if gate:
+            self._soft_limit("steps")
         if repeats == self._graph_args[1] and self._diverged(node):
             return None, False
         breaker = self._breaker
@@ -216,6 +234,9 @@ class Ledger:
 
     def _add_reservation(self, node: CallNode, usd: float) -> None:
         usd = check_number("usd", usd)
+        if self._up is not None:
+            _nesting.add_reservation(self, node, usd)  # type: ignore[arg-type]
+            return
         if self._deadline and self._reason is None and time.monotonic() >= self._deadline:
             self._on_deadline()
         config = self.config
@@ -274,7 +295,7 @@ class Ledger:
         error: BaseException | None = None,
     ) -> bool | None:
         """Settle ``node`` under the lock; return whether the committed cost is now past the ceiling
-        (None: it was settled already, by another hook).
+        or, nested, an ancestor halted (None: it was settled already, by another hook).
 
         Also gives back a parent reservation and a half-open probe slot for calls that never ran.
         """
@@ -292,13 +313,19 @@ class Ledger:
             self._graph.finish(node, status)  # type: ignore[union-attr]
             if result is not _UNSET:
                 self._partial = result
-            over = self._committed > self.config.max_cost_usd + _EPSILON
+            # The gate is the ceiling, or lower when a soft limit comes first (no extra test).
+            over = self._committed > self._cost_gate
             held = node._held
             if held == AWAITED:  # an async caller awaits the parent's settle after this step
                 node._held = OWED
         node._ctx = None
+        if over:
+            over = self._cost_passed()  # False when the gate was only a soft limit
         if held == HELD:
             self._parent.settle(node.reserved_usd, cost)  # type: ignore[union-attr]
+        elif held > OWED:  # nested: the ancestors' reservations, and the budgets above them
+            if _nesting.settle_up(self, node, cost, refund_step, held == NESTED_HELD):  # type: ignore[arg-type]
+                over = True  # an ancestor halted: this context's run is over too
         if refund_step and node._probe:
             self._breaker.release_probe()  # type: ignore[union-attr]
         if node._seen:
@@ -324,13 +351,21 @@ class Ledger:
         if node._probe:
             self._breaker.record_success()  # type: ignore[union-attr]
         if over:
-            # The call already ran; its cost took the total past the ceiling, so it is the last.
+            self._past_ceiling()
+            return Decision.HALT
+        return Decision.ALLOW
+
+    def _past_ceiling(self) -> None:
+        """``_close`` said the run is over: the call already ran, and its cost took the total past
+        the ceiling (it is the last), or -- nested -- took an ancestor past its own, or an ancestor
+        halted meanwhile."""
+        if self._committed > self.config.max_cost_usd + _EPSILON:
             self._abort(
                 HaltReason.BUDGET_EXCEEDED,
                 f"actual cost took the total to {self._committed:.6f} > {self.config.max_cost_usd:g}",
             )
-            return Decision.HALT
-        return Decision.ALLOW
+        elif self._up is not None:
+            _nesting.halted_above(self)  # type: ignore[arg-type]
 
     def _actual_cost(
         self, node: CallNode, result: Any, cost_usd: float | None, usage: TokenUsage | Any, model: str | None
@@ -378,10 +413,15 @@ class Ledger:
             self._breaker.record_failure()  # type: ignore[union-attr]
         if exc is not None:
             try:
-                exc.__veronica_recorded__ = self.chain_id  # type: ignore[attr-defined]
+                exc.__veronica_recorded__ = self._recorded_ids()  # type: ignore[attr-defined]
             except (AttributeError, TypeError):
                 pass
         self.record_retry(exc)
+
+    def _recorded_ids(self) -> str | tuple[str, ...]:
+        """What marks a failure whose retry this context drew: its chain id, or -- nested, as the
+        ancestors drew it too -- every chain id of the lineage (see RetryContainer)."""
+        return self.chain_id if self._up is None else _nesting.chain_ids(self)  # type: ignore[arg-type]
 
     def _release(self, node: CallNode, status: str) -> None:
         self._close(node, status, 0.0, refund_step=True)

@@ -69,6 +69,10 @@ class Verdicts:
             self, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
         ) -> float: ...
         def _settle_ok(self, node: CallNode, result: Any, cost: float) -> Decision: ...
+        def _past_ceiling(self) -> None: ...
+        def _recorded_ids(self) -> str | tuple[str, ...]: ...
+        @property
+        def aborted(self) -> bool: ...
         def add_event(self, kind: str, detail: str, **data: Any) -> None: ...
         def record_retry(self, exc: BaseException | None = None) -> bool: ...
         def halted_error(self) -> ExecutionHalted: ...
@@ -106,17 +110,14 @@ class Verdicts:
     def _reject(self, node: CallNode, cost: float, rejection: Rejection) -> None:
         """The output failed a check: commit what the call cost, then re-ask or halt (always raises)."""
         exc = OutputRejected(rejection.check, rejection.message, rejection.feedback, rejection.output)
-        exc.__veronica_recorded__ = self.chain_id  # type: ignore[attr-defined]  # retry drawn here
+        exc.__veronica_recorded__ = self._recorded_ids()  # type: ignore[attr-defined]  # retry drawn here
         over = self._close(node, "rejected", cost, error=exc)
         if over is None:  # another hook settled this call meanwhile: nothing to draw or halt
             raise exc
         if node._probe:  # the provider answered: an unusable answer is no outage
             self._breaker.record_success()  # type: ignore[union-attr]
         if over:
-            self._abort(
-                HaltReason.BUDGET_EXCEEDED,
-                f"actual cost took the total to {self._committed:.6f} > ceiling",
-            )
+            self._past_ceiling()  # its own ceiling, or (nested) an ancestor's
             raise self.halted_error() from exc
         if rejection.action == "halt":
             detail = f"check {rejection.check!r} failed: {rejection.message}"
@@ -211,7 +212,7 @@ class Verdicts:
         if verdict.approved:
             if self._deadline and time.monotonic() >= self._deadline:
                 self._on_deadline()
-            if self._reason is not None:  # halted (a timeout, say) while waiting: the tool must not run
+            if self.aborted:  # halted (a timeout, an ancestor's) while waiting: the tool must not run
                 self._close(node, "halted", 0.0)
                 raise self.halted_error()
             if verdict.edited:

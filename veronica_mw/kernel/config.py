@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._validate import check_int, check_number
+from ._validate import check_fractions, check_int, check_number
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,12 +15,17 @@ class ExecutionConfig:
 
     ``0`` means: no spend (``max_cost_usd``), no call (``max_steps``), first attempts only
     (``max_retries_total``), and no deadline (``timeout_ms``).
+
+    ``warn_at`` are soft limits: fractions in (0, 1) of each limit (cost, steps, retries) at which
+    the context records a ``soft_limit`` event, logs a WARNING and calls its ``on_warn`` callback,
+    once per dimension and fraction. They never refuse a call.
     """
 
     max_cost_usd: float
     max_steps: int
     max_retries_total: int
     timeout_ms: float = 0
+    warn_at: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         # object.__setattr__ because the dataclass is frozen; normalising int costs to float
@@ -29,6 +34,7 @@ class ExecutionConfig:
         check_int("max_steps", self.max_steps)
         check_int("max_retries_total", self.max_retries_total)
         check_number("timeout_ms", self.timeout_ms)
+        object.__setattr__(self, "warn_at", check_fractions("warn_at", self.warn_at))
 
     def as_dict(self) -> dict[str, float | int]:
         return {

@@ -32,11 +32,17 @@ class PendingContext:
             with _build_lock:  # held only while one context is built; contention is rare
                 ctx = self.ctx
                 if ctx is None:
-                    ctx = self.ctx = self._factory()
+                    _building.pending = self
+                    try:
+                        ctx = self.ctx = self._factory()
+                    finally:
+                        _building.pending = None
         return ctx
 
 
 _build_lock = threading.Lock()
+# The PendingContext whose factory runs on this thread: the context it builds has no parent in it.
+_building = threading.local()
 
 # The graph node of the wrapped call running now, so nested calls record their parent.
 current_node: ContextVar[int | None] = ContextVar("veronica_mw_node", default=None)
@@ -49,5 +55,16 @@ def get_current_execution_context() -> ExecutionContext | None:
     """Return the context of the current request or ``with ExecutionContext(...)`` block, if any."""
     value = current_context.get()
     if isinstance(value, PendingContext):
+        return value.resolve()
+    return value
+
+
+def enclosing_context() -> ExecutionContext | None:
+    """The context a new (or newly entered) context nests in: the current one, a pending request
+    context built now if need be -- except the one whose factory is running on this thread."""
+    value = current_context.get()
+    if isinstance(value, PendingContext):
+        if value.ctx is None and getattr(_building, "pending", None) is value:
+            return None
         return value.resolve()
     return value

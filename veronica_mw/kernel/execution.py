@@ -5,6 +5,9 @@ one step plus the call's cost hint under one lock, then through exactly one sett
 :class:`~veronica_mw.kernel.graph.CallNode` (``commit``/``fail``/``release``). Pricing, policies, the circuit
 breaker and a parent budget are consulted outside that lock. Any halt is terminal: the reason is
 stored once in the context's cancellation token and every later call is refused before it runs.
+
+Contexts nest: one created (or first entered) while another is current is its child, and every
+call of the child also counts in each ancestor (:mod:`._nesting`); ``parent=None`` detaches.
 """
 
 from __future__ import annotations
@@ -18,19 +21,26 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from contextvars import Token
-from types import MappingProxyType, TracebackType
+from enum import Enum
+from types import MappingProxyType
 from typing import Any
 
+from . import _nesting
 from . import observer as _obs
 from ._async_ledger import AsyncLedger
 from ._calls import CallAPI
 from ._control import OutputVerifier, build_verifier
 from ._ledger import Ledger
+from ._lifecycle import Lifecycle
+from ._soft_limits import EPSILON as _EPSILON
+from ._soft_limits import INF as _INF
+from ._soft_limits import first_gates
+from ._tree import Family
 from ._verdicts import Verdicts
 from .cancellation import CancellationToken
 from .circuit_breaker import CircuitBreaker
 from .config import DEFAULT_OPTIONS, ExecutionConfig, WrapOptions
-from .context import PendingContext, current_context
+from .context import PendingContext, current_context, enclosing_context
 from .exceptions import ExecutionHalted
 from .graph import CallNode, ExecutionGraph
 from .parent import AsyncBudgetParent, BudgetParent
@@ -57,7 +67,17 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_chain_prefix)
 
 
-class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
+class _Parent(Enum):
+    CURRENT = "the current context"
+
+
+_CURRENT = _Parent.CURRENT  # a module global: faster to test than the enum attribute
+
+
+_current = current_context.get
+
+
+class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, CallAPI, Family):
     """One agent run, request or session: every call through it is checked against its limits.
 
     Usable as ``with``/``async with`` (sets the current context and arms the timeout) or handed
@@ -67,6 +87,14 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
     ``observers`` are told about this context's life (see :mod:`veronica_mw.kernel.observer`);
     ``audit`` is one more of them (a :class:`veronica_mw.AuditLog`). ``attributes`` describe the
     context to observers (the middlewares put the request's ``method`` and ``path`` there).
+
+    ``parent``: by default the context current when this one is created (or, if none was, when it
+    is first entered, before any call); its calls then also count in that context and every
+    ancestor, and an ancestor's halt halts it. ``parent=ctx`` binds explicitly; ``parent=None``
+    detaches: the context escapes the enclosing limits (use it only for work that must outlive
+    them). ``name`` labels the context in snapshots and :meth:`tree`. ``on_warn(event)`` is called
+    for each soft limit passed (``ExecutionConfig.warn_at``); children inherit the parent's
+    ``on_warn``, observers, circuit breaker and tenant budget.
     """
 
     __slots__ = (
@@ -104,6 +132,17 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
         "attributes",
         "_ended",
         "_verifier",
+        "_up",
+        "_lineage",
+        "_down",
+        "_budgets",
+        "_children",
+        "_name",
+        "_on_warn",
+        "_cost_gate",
+        "_step_gate",
+        "_warn_retries",
+        "_warned",
         "__weakref__",
     )
 
@@ -122,6 +161,9 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
         checks: Iterable[Any] | OutputVerifier | None = None,
         audit: _obs.Observer | None = None,
         attributes: Mapping[str, str] | None = None,
+        parent: ExecutionContext | None | _Parent = _Parent.CURRENT,
+        name: str = "",
+        on_warn: Callable[[ExecutionEvent], Any] | None = None,
     ) -> None:
         if not isinstance(config, ExecutionConfig):
             raise TypeError(f"config must be an ExecutionConfig, got {type(config).__name__}")
@@ -188,66 +230,35 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
         self._armed = False
         self._started = time.monotonic()
         self._deadline = self._started + config.timeout_ms / 1000.0 if config.timeout_ms else 0.0
-
-    # -- lifecycle -------------------------------------------------------------------------------
-
-    def __enter__(self) -> ExecutionContext:
-        self.arm()
-        token = current_context.set(self)
-        if self._var_tokens is None:
-            self._var_tokens = [token]
+        if name.__class__ is not str:
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        if on_warn is not None and not callable(on_warn):
+            raise TypeError("on_warn must be callable (event) -> None")
+        self._name = name
+        self._on_warn = on_warn
+        self._warned: list[tuple[str, float]] | None = None
+        if config.warn_at:
+            self._cost_gate, self._step_gate, self._warn_retries = first_gates(config)
+        else:  # inlined: the gates are just the limits
+            self._cost_gate = config.max_cost_usd + _EPSILON
+            self._step_gate = config.max_steps
+            self._warn_retries = _INF
+        self._children: deque[ExecutionContext] | None = None
+        self._up: ExecutionContext | None = None
+        # (): no parent yet (the first ``with`` may still nest it); (self,): a root for good;
+        # (self, parent, ..., root): nested.
+        self._lineage: tuple[ExecutionContext, ...] = ()
+        if parent is _CURRENT:
+            if _current() is not None:
+                enclosing = enclosing_context()
+                if enclosing is not None:
+                    _nesting.bind(self, enclosing)
+        elif parent is None:
+            self._lineage = (self,)
+        elif isinstance(parent, ExecutionContext):
+            _nesting.bind(self, parent)
         else:
-            self._var_tokens.append(token)
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        tokens = self._var_tokens
-        if not tokens:
-            raise RuntimeError("ExecutionContext exited more often than it was entered")
-        current_context.reset(tokens.pop())
-        if not tokens:
-            self.disarm()
-
-    def arm(self, started: float | None = None) -> ExecutionContext:
-        """Start the clock (once): the deadline counts from ``started`` (a ``time.monotonic()``
-        value, default now) and the shared timeout pool fires it. ``with`` does this on entry;
-        middlewares that build a context lazily pass the request's start time."""
-        if self._armed:
-            return self
-        with self._lock:  # two threads arming at once must not schedule two timers
-            if self._armed:
-                return self
-            self._armed = True
-            self._started = time.monotonic() if started is None else started
-            if self._deadline:
-                self._deadline = self._started + self.config.timeout_ms / 1000.0
-                pool = self._pool or SharedTimeoutPool.default()
-                self._timer = pool.schedule(self._deadline, self._on_deadline)
-        if _obs._global or self._observers:
-            _obs.notify(self._observers, "context_started", self)
-        return self
-
-    def disarm(self) -> None:
-        """Remove the pending deadline from the timeout pool (the context left its scope). New
-        calls still halt once the deadline has passed; only the pool entry goes."""
-        timer = self._timer
-        if timer is not None:
-            self._timer = None
-            (self._pool or SharedTimeoutPool.default()).cancel(timer)
-        if not self._ended and self._armed:
-            self._ended = True
-            if _obs._global or self._observers:
-                _obs.notify(self._observers, "context_ended", self)
-
-    async def __aenter__(self) -> ExecutionContext:
-        return self.__enter__()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
+            raise TypeError(f"parent must be an ExecutionContext or None, got {type(parent).__name__}")
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -258,10 +269,15 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
 
     @property
     def aborted(self) -> bool:
-        return self._reason is not None
+        """True once this context halted, or an ancestor did (which halts this one too)."""
+        if self._reason is not None:
+            return True
+        return self._up is not None and _nesting.halted_above(self)
 
     @property
     def abort_reason(self) -> str | None:
+        if self._reason is None and self._up is not None:
+            _nesting.halted_above(self)
         return self._reason
 
     @property
@@ -280,6 +296,9 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
             token.add_callback(lambda: self._abort(HaltReason.CANCELLED, token.detail))
             if self._reason is not None:  # halted before anyone asked for the token
                 token.cancel(self._reason, self._detail)
+            up = self._up
+            if up is not None:  # a token holder learns of an ancestor's halt when it happens
+                up.cancellation_token.add_callback(lambda: _nesting.halted_above(self))
         return token
 
     @property
@@ -302,24 +321,37 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
         return list(self._events or ())
 
     def get_snapshot(self) -> ExecutionSnapshot:
+        reason, detail, retry_after, status = self._reason, self._detail, self._retry_after, self._http_status
+        if reason is None and self._up is not None:
+            # A view: an ancestor's halt shows (this context halts at its next call or check), but
+            # taking a snapshot changes nothing -- no halt recorded, no observer told.
+            level = _nesting.halted_ancestor(self)
+            if level is not None:
+                reason, retry_after, status = level._reason, level._retry_after, level._http_status
+                detail = f"{_nesting.label(level)}: {level._detail}"
         with self._lock:
             steps, committed, reserved = self._steps, self._committed, self._reserved
             retries, in_flight = self._retries, self._in_flight
+            children = tuple(self._children) if self._children else ()
+            warned = tuple(self._warned) if self._warned else ()
         return ExecutionSnapshot(
             step_count=steps,
             cost_usd_accumulated=committed,
             cost_usd_reserved=reserved,
             retries_used=retries,
             in_flight=in_flight,
-            aborted=self._reason is not None,
-            abort_reason=self._reason,
-            abort_detail=self._detail,
+            aborted=reason is not None,
+            abort_reason=reason,
+            abort_detail=detail,
             elapsed_ms=(time.monotonic() - self._started) * 1000.0,
             chain_id=self.chain_id,
             config=self.config,
-            retry_after_s=self._retry_after,
+            retry_after_s=retry_after,
             events=tuple(self._events or ()),
-            http_status=self._http_status,
+            http_status=status,
+            name=self._name,
+            children=tuple(child.get_snapshot() for child in children),
+            soft_limits=warned,
         )
 
     def halted_error(self) -> ExecutionHalted:
@@ -332,8 +364,11 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
         )
 
     def check(self) -> None:
-        """Raise :class:`ExecutionHalted` if this context has halted (takes no step)."""
-        if self._reason is None and self._deadline and time.monotonic() >= self._deadline:
+        """Raise :class:`ExecutionHalted` if this context (or an ancestor) has halted (takes no step)."""
+        if self._up is not None:
+            _nesting.check_deadlines(self)
+            _nesting.halted_above(self)
+        elif self._reason is None and self._deadline and time.monotonic() >= self._deadline:
             self._on_deadline()
         if self._reason is not None:
             raise self.halted_error()
@@ -345,11 +380,13 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
         self._abort(HaltReason.CANCELLED, detail)
 
     def add_event(self, kind: str, detail: str, **data: Any) -> None:
+        self._record_event(ExecutionEvent(kind, detail, data), logging.INFO)
+
+    def _record_event(self, event: ExecutionEvent, level: int) -> None:
         if self._events is None:
             self._events = deque(maxlen=256)
-        event = ExecutionEvent(kind, detail, data)
         self._events.append(event)
-        logger.info("veronica_mw: %s in context %s: %s", kind, self.chain_id, detail)
+        logger.log(level, "veronica_mw: %s in context %s: %s", event.kind, self.chain_id, event.detail)
         if _obs._global or self._observers:
             _obs.notify(self._observers, "event", self, event)
 
@@ -428,10 +465,16 @@ class ExecutionContext(Ledger, AsyncLedger, Verdicts, CallAPI):
 
     def record_retry(self, exc: BaseException | None = None) -> bool:
         """Draw one retry from the chain-wide budget; False (and halt) when it is spent."""
+        if self._up is not None:
+            return _nesting.record_retry(self, exc)
         with self._lock:
-            if self._retries < self.config.max_retries_total:
+            allowed = self._retries < self.config.max_retries_total
+            if allowed:
                 self._retries += 1
-                return True
+        if allowed:
+            if self._retries >= self._warn_retries:
+                self._soft_limit("retries")
+            return True
         name = type(exc).__name__ if exc is not None else "failure"
         self._abort(HaltReason.RETRY_LIMIT, f"{name} after {self.config.max_retries_total} retries")
         return False

@@ -68,7 +68,10 @@ class RetryContainer:
         """Decide whether another attempt may run; raise if not."""
         ctx = get_current_execution_context()
         if ctx is not None:
-            if getattr(exc, "__veronica_recorded__", None) != ctx.chain_id:
+            # The kernel marks a failure it drew a retry for with the chain id of its context
+            # (a tuple of them for a nested context, whose ancestors drew it as well).
+            recorded = getattr(exc, "__veronica_recorded__", None)
+            if recorded != ctx.chain_id and not (isinstance(recorded, tuple) and ctx.chain_id in recorded):
                 ctx.record_retry(exc)
             if ctx.aborted:
                 raise ctx.halted_error() from exc

@@ -35,10 +35,17 @@ class ExecutionSnapshot:
     # The HTTP status a middleware answers a halt with: 429 for spent limits, 503 when the halt
     # came from an unavailable budget store (a fail-closed tenant pool).
     http_status: int = 429
+    name: str = ""
+    # Snapshots of the contexts nested in this one, each with its own usage (which this
+    # context's counters already include).
+    children: tuple[ExecutionSnapshot, ...] = ()
+    # The soft limits passed so far, as (dimension, fraction), in the order they were passed.
+    soft_limits: tuple[tuple[str, float], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form used in HTTP problem bodies and the demo output."""
         return {
+            "name": self.name,
             "chain_id": self.chain_id,
             "aborted": self.aborted,
             "reason": self.abort_reason,
@@ -47,4 +54,6 @@ class ExecutionSnapshot:
             "retries_used": self.retries_used,
             "elapsed_ms": round(self.elapsed_ms, 3),
             "limits": self.config.as_dict(),
+            "soft_limits": [{"dimension": d, "fraction": f} for d, f in self.soft_limits],
+            "children": [child.as_dict() for child in self.children],
         }

@@ -200,10 +200,12 @@ class TenantLedger:
         # Make the fallback visible in the snapshot of the context that draws from this ledger.
         if kind in self._noted:
             return
-        ctx = current_context.get()
+        ctx: Any = current_context.get()
         if isinstance(ctx, PendingContext):  # a lazily built request context: only if it exists
             ctx = ctx.ctx
-        if ctx is not None and getattr(ctx, "_parent", None) is self:
+        while ctx is not None and getattr(ctx, "_parent", None) is not self:
+            ctx = ctx.parent  # a nested context draws from its ancestor's ledger
+        if ctx is not None:
             self._noted.add(kind)
             ctx.add_event(kind, detail, pool=self._pool.name)
 

@@ -51,7 +51,7 @@ class HTTPExchange(PendingContext):
 
     __slots__ = (
         "path", "live", "_config", "_breaker", "_ledger", "_started", "_send", "_extra", "_usage",
-        "started", "finished", "_held", "_held_size", "_options", "_method",
+        "started", "finished", "_held", "_held_size", "_options", "_method", "_outer",
     )  # fmt: skip
 
     def __init__(
@@ -65,6 +65,7 @@ class HTTPExchange(PendingContext):
         usage: bool,
         options: dict[str, Any] | None = None,
         method: str | None = None,
+        outer: ExecutionContext | None = None,
     ) -> None:
         # No factory for the base class: resolve() below builds the context from these fields.
         self.ctx = None
@@ -83,6 +84,8 @@ class HTTPExchange(PendingContext):
         self._held: list[Message] | None = None
         self._held_size = 0
         self._method = method  # set when the request is audited
+        # The context current around the request (if any): the request's context nests in it.
+        self._outer = outer
 
     def resolve(self) -> ExecutionContext:
         """The request's context, built on the first call (once, thread-safe)."""
@@ -92,11 +95,18 @@ class HTTPExchange(PendingContext):
                 ctx = self.ctx
                 if ctx is None:
                     breaker, ledger, options = self._breaker, self._ledger, self._options
+                    # The parent is always given: looking up the current context here would find
+                    # this exchange, which is being resolved. Each keyword argument costs ~0.1 µs.
                     if breaker is None and ledger is None and options is None:
-                        ctx = ExecutionContext(self._config)  # keyword arguments cost 0.2 µs more
+                        ctx = ExecutionContext(self._config, parent=self._outer, name=self.path)
                     elif self._method is None:
                         ctx = ExecutionContext(
-                            self._config, circuit_breaker=breaker, budget_parent=ledger, **(options or {})
+                            self._config,
+                            circuit_breaker=breaker,
+                            budget_parent=ledger,
+                            parent=self._outer,
+                            name=self.path,
+                            **(options or {}),
                         )
                     else:  # audited: the request line, without its query string (never headers)
                         ctx = ExecutionContext(
@@ -104,6 +114,8 @@ class HTTPExchange(PendingContext):
                             circuit_breaker=breaker,
                             budget_parent=ledger,
                             attributes={"method": self._method, "path": self.path},
+                            parent=self._outer,
+                            name=self.path,
                             **(options or {}),
                         )
                     self.ctx = ctx
@@ -188,13 +200,18 @@ class HTTPExchange(PendingContext):
         extra = list(self._extra)
         if self._usage:
             extra += usage_headers(self.resolve().get_snapshot())
+        # A halt from a context nested in the request's that also halted the request (its limit
+        # was reached) is answered with the request's own usage and limits.
+        ctx = self._halted()
+        snapshot = ctx.get_snapshot() if ctx is not None else halt.snapshot
+        reason = (ctx.abort_reason or halt.reason) if ctx is not None else halt.reason
         status, headers, body = problem_response(
-            halt.reason, snapshot=halt.snapshot, retry_after_s=halt.retry_after_s, extra_headers=extra
+            reason, snapshot=snapshot, retry_after_s=halt.retry_after_s, extra_headers=extra
         )
         logger.info(
             "veronica_mw: %s halted (%s); answered %d [chain %s]",
             self.path,
-            halt.reason,
+            reason,
             status,
             self._chain_id(halt),
         )

@@ -116,6 +116,7 @@ class RequestScope(PendingContext):
         method: str | None = None,
     ) -> None:
         # No factory for the base class: the context exists already, resolve() only arms it.
+        # Built before the request's ContextVar is set: inside an entered context it nests there.
         if breaker is None and ledger is None and options is None:
             ctx = RequestContext(config)  # keyword arguments cost 0.2 µs more
         elif method is None:
@@ -133,6 +134,7 @@ class RequestScope(PendingContext):
         # Set here rather than in an __init__ override: one Python frame less per request.
         ctx._arm_from = monotonic()
         ctx._over = False
+        ctx._name = path
         self.ctx = ctx
         self.path = path
 

@@ -38,6 +38,7 @@ from .problem import (
     AsyncBudgetPool,
     ConfigFactory,
     ConfigResolver,
+    WarnCallback,
     context_options,
     find_halt,
     middleware_active,
@@ -74,7 +75,11 @@ class VeronicaASGIMiddleware:
     ``instrument``: patch every installed provider SDK (``veronica_mw.instrument()``: OpenAI,
     Anthropic, LiteLLM, Google GenAI, MCP), once, so direct SDK calls made while a request is
     served are contained too; ``False`` leaves the SDKs alone.
-    Applied twice (wrapped and also added), the inner copy passes requests straight through.
+    ``on_warn``: called with the ``soft_limit`` event when a request's context passes one of its
+    config's ``warn_at`` fractions (a callback that raises is logged; the request goes on).
+    A request served inside an entered ``ExecutionContext`` (an app called from a test or a job)
+    gets a child of that context. Applied twice (wrapped and also added), the inner copy passes
+    requests straight through.
     """
 
     def __init__(
@@ -91,9 +96,10 @@ class VeronicaASGIMiddleware:
         policies: Iterable[RuntimePolicy] = (),
         audit: Observer | None = None,
         instrument: bool = True,
+        on_warn: WarnCallback | None = None,
     ) -> None:
         self.app = app
-        self._options = context_options(checks, policies, audit)
+        self._options = context_options(checks, policies, audit, on_warn)
         self._audit: tuple[Observer, ...] = (audit,) if audit is not None else ()
         self._resolver = ConfigResolver(config, default_config=default_config, exclude_paths=exclude_paths)
         # The common case, one static config and no exclusions, skips resolution per request.
@@ -109,8 +115,12 @@ class VeronicaASGIMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         # The applied-twice guard (see ``middleware_active``), inlined: it runs on every request.
-        if kind == "http" and not isinstance(_current(), PendingContext):
-            await self._http(scope, receive, send)
+        if kind == "http":
+            outer: Any = _current()  # an entered context around the request becomes its parent
+            if isinstance(outer, PendingContext):
+                await self.app(scope, receive, send)
+            else:
+                await self._http(scope, receive, send, outer)
         elif kind == "websocket" and not middleware_active():
             await self._websocket(scope, receive, send)
         else:
@@ -122,7 +132,7 @@ class VeronicaASGIMiddleware:
         except Exception as exc:
             return pool_failure(exc, path)
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _http(self, scope: Scope, receive: Receive, send: Send, outer: ExecutionContext | None) -> None:
         path: str = scope.get("path", "")
         config = self._static or self._resolver.resolve(scope, path)
         if config is None:
@@ -141,7 +151,7 @@ class VeronicaASGIMiddleware:
         # Audited requests carry their method (with the path: the request line without its query).
         method = scope.get("method", "") if self._audit else None
         exchange = HTTPExchange(
-            config, self._breaker, ledger, path, send, extra, self._usage, self._options, method
+            config, self._breaker, ledger, path, send, extra, self._usage, self._options, method, outer
         )
         # The request's context is built on first use: most requests never make a model or tool call.
         token = current_context.set(exchange)
@@ -188,6 +198,7 @@ class VeronicaASGIMiddleware:
             circuit_breaker=self._breaker,
             budget_parent=ledger,
             attributes=attributes,
+            name=path,
             **(self._options or {}),
         ).arm()
         pending = PendingContext(lambda: ctx)

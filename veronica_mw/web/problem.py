@@ -24,12 +24,15 @@ from ..kernel.policy import PolicyPipeline, RuntimePolicy
 
 if TYPE_CHECKING:
     from ..kernel.parent import BudgetParent
-    from ..kernel.snapshot import ExecutionSnapshot
+    from ..kernel.snapshot import ExecutionEvent, ExecutionSnapshot
 
 logger = logging.getLogger("veronica_mw")
 
 ConfigFactory = Callable[[Any], "ExecutionConfig | None"]
 """A callable of the ASGI scope (or WSGI environ) returning the request's limits, or None."""
+
+WarnCallback = Callable[["ExecutionEvent"], Any]
+"""The middlewares' ``on_warn``: called with each ``soft_limit`` event of a request's context."""
 
 STRICT_DEFAULT = ExecutionConfig(max_cost_usd=0.0, max_steps=0, max_retries_total=0, timeout_ms=0)
 """Applied when a config callable fails and no ``default_config`` was given.
@@ -180,7 +183,19 @@ def usage_headers(snapshot: ExecutionSnapshot) -> list[tuple[bytes, bytes]]:
         (b"x-veronica-cost-usd", f"{snapshot.cost_usd_accumulated:.6f}/{config.max_cost_usd:g}".encode()),
         (b"x-veronica-retries", f"{snapshot.retries_used}/{config.max_retries_total}".encode("ascii")),
         (b"x-veronica-chain-id", snapshot.chain_id.encode("ascii")),
+        *_warning_header(snapshot),
     ]
+
+
+def _warning_header(snapshot: ExecutionSnapshot) -> list[tuple[bytes, bytes]]:
+    """``x-veronica-warning: cost 0.8, steps 0.5``: the highest soft limit passed per dimension."""
+    if not snapshot.soft_limits:
+        return []
+    highest: dict[str, float] = {}
+    for dimension, fraction in snapshot.soft_limits:
+        highest[dimension] = max(fraction, highest.get(dimension, 0.0))
+    value = ", ".join(f"{dimension} {fraction:g}" for dimension, fraction in highest.items())
+    return [(b"x-veronica-warning", value.encode("ascii"))]
 
 
 def log_halt_after_start(reason: str | None, path: str, chain_id: str, detail: str = "") -> None:
@@ -273,10 +288,14 @@ class ConfigResolver:
 
 
 def context_options(
-    checks: Iterable[Any] = (), policies: Iterable[RuntimePolicy] = (), audit: _obs.Observer | None = None
+    checks: Iterable[Any] = (),
+    policies: Iterable[RuntimePolicy] = (),
+    audit: _obs.Observer | None = None,
+    on_warn: WarnCallback | None = None,
 ) -> dict[str, Any] | None:
-    """The ``checks=``/``policies=``/``audit=`` of a middleware as keyword arguments for every
-    request's :class:`~veronica_mw.ExecutionContext` (built and validated once; None when all are empty).
+    """The ``checks=``/``policies=``/``audit=``/``on_warn=`` of a middleware as keyword arguments
+    for every request's :class:`~veronica_mw.ExecutionContext` (built and validated once; None
+    when all are empty).
 
     The pipeline and the checks are shared by all requests: policies decide from what each call's
     context tells them, and checks hold no per-call state.
@@ -294,6 +313,10 @@ def context_options(
         if not isinstance(audit, _obs.Observer):
             raise TypeError(f"audit must be a veronica_mw.AuditLog (an Observer), got {type(audit).__name__}")
         options["audit"] = audit
+    if on_warn is not None:
+        if not callable(on_warn):
+            raise TypeError(f"on_warn must be callable (event) -> None, got {type(on_warn).__name__}")
+        options["on_warn"] = on_warn
     return options or None
 
 

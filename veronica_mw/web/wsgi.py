@@ -41,6 +41,7 @@ from .problem import (
     ConfigFactory,
     ConfigResolver,
     SyncBudgetPool,
+    WarnCallback,
     context_options,
     find_halt,
     pool_failure,
@@ -237,7 +238,8 @@ class VeronicaWSGIMiddleware:
     every budget-pool refusal.
     ``instrument``: patch every installed provider SDK once (``veronica_mw.instrument()``), so
     direct SDK calls made while a request is served are contained too; ``False`` leaves the SDKs
-    alone.
+    alone. ``on_warn``: called with each ``soft_limit`` event of a request's context (its config's
+    ``warn_at``); a callback that raises is logged and the request goes on.
     """
 
     def __init__(
@@ -254,6 +256,7 @@ class VeronicaWSGIMiddleware:
         policies: Iterable[RuntimePolicy] = (),
         audit: Observer | None = None,
         instrument: bool = True,
+        on_warn: WarnCallback | None = None,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI callable, got {type(app).__name__}")
@@ -266,7 +269,7 @@ class VeronicaWSGIMiddleware:
         self._pool = budget_pool
         self._usage = bool(usage_headers)
         self._breaker = circuit_breaker
-        self._options = context_options(checks, policies, audit)
+        self._options = context_options(checks, policies, audit, on_warn)
         self._audit: tuple[Observer, ...] = (audit,) if audit is not None else ()
         if instrument:
             instrument_sdks()

@@ -279,3 +279,13 @@ def test_multi_agent_demo_scenario() -> None:
     assert result["reduction_pct"] == 86.7
     assert (result["halted"], result["halt_reason"], result["steps_used"]) == (True, "step_limit", 8)
     assert result["contained_cost_usd"] == pytest.approx(8 * price_usage(USAGE, MODEL))
+    # Each agent has its own share (5 steps), and the coordinator (8) still bounds their sum.
+    children = result["contexts"]["children"]
+    assert [(c["name"], c["steps_used"], c["reason"]) for c in children] == [
+        ("planner", 4, "step_limit"),
+        ("critic", 4, "step_limit"),
+    ]
+    assert "ancestor 'coordinator'" in result["halt_detail"]
+    lines = result["tree"].splitlines()
+    assert lines[0].startswith("coordinator  steps 8/8") and lines[0].endswith("halted: step_limit")
+    assert lines[1].startswith("├── planner  steps 4/5") and lines[2].startswith("└── critic  steps 4/5")

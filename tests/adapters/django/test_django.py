@@ -172,6 +172,17 @@ def test_settings_circuit_breaker_gives_retry_after() -> None:
     assert problem(response)["reason"] == "circuit_open"
 
 
+def test_settings_warn_at_and_on_warn_give_the_warning_header() -> None:
+    project_pool.WARNINGS.clear()
+    veronica = {**LIMITS, "max_steps": 4, "warn_at": [0.5], "usage_headers": True}
+    with override_settings(VERONICA={**veronica, "on_warn": project_pool.__name__ + ".record_warning"}):
+        response = Client().get("/steps/2")
+    assert (response.status_code, response["x-veronica-warning"]) == (200, "steps 0.5")
+    assert [(e.kind, e.data["dimension"], e.data["used"]) for e in project_pool.WARNINGS] == [
+        ("soft_limit", "steps", 2)
+    ]
+
+
 @pytest.mark.parametrize(
     "veronica",
     [
@@ -184,6 +195,8 @@ def test_settings_circuit_breaker_gives_retry_after() -> None:
         {**LIMITS, "circuit_breaker": "builtins.object"},
         {**LIMITS, "exclude_paths": "/health"},
         {**LIMITS, "exclude_paths": ["health"]},
+        {**LIMITS, "warn_at": [1.5]},
+        {**LIMITS, "on_warn": "veronica_mw.__version__"},
     ],
     ids=[
         "missing",
@@ -195,6 +208,8 @@ def test_settings_circuit_breaker_gives_retry_after() -> None:
         "bad-breaker",
         "paths-as-str",
         "relative-path",
+        "bad-warn-at",
+        "bad-on-warn",
     ],  # fmt: skip
 )
 def test_bad_settings_fail_at_startup(veronica: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from veronica_mw import CircuitBreaker
 
 from ....web.wsgi_support import Admission, FakePool, Ledger
@@ -20,3 +22,10 @@ def plan_config(meta: dict[str, object]) -> object:
     if meta.get("HTTP_X_PLAN") == "broken":
         raise RuntimeError("plan lookup failed")
     return ExecutionConfig(max_cost_usd=1.0, max_steps=10, max_retries_total=0)
+
+WARNINGS: list[Any] = []
+
+
+def record_warning(event: Any) -> None:
+    """``settings.VERONICA['on_warn']`` of the soft-limit test."""
+    WARNINGS.append(event)
