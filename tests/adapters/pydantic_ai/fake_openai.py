@@ -2,8 +2,8 @@
 
 Answers ``POST /v1/chat/completions`` as JSON, or as SSE when the request says ``stream``, with
 the ``usage`` OpenAI reports (the streamed one in a last chunk, as with ``include_usage``), and
-counts the requests it received. Just what the Pydantic AI tests need; the shared fake provider
-server of the provider-SDK adapters replaces it once it is available to them.
+counts the requests it received. The shared ``tests/support/fake_provider.py`` always answers
+with text; an agent loop needs a model that keeps calling a tool, which is all this one does.
 """
 
 from __future__ import annotations

@@ -71,8 +71,8 @@ def approver(answer: Any, asked: list[Any]) -> Any:
 
 
 def gate(answer: Any, asked: list[Any], on_reject: str = "halt") -> PolicyPipeline:
-    # Tool steps are named "pydantic_ai.tool:<tool name>", so a glob on the name selects the tool.
-    return PolicyPipeline([RequireApproval("*:transfer", approver(answer, asked), on_reject=on_reject)])
+    # Tool steps are named "pydantic_ai.tool:<tool name>"; RequireApproval matches the bare name too.
+    return PolicyPipeline([RequireApproval("transfer", approver(answer, asked), on_reject=on_reject)])
 
 
 def transfer_agent() -> tuple[Agent[None, str], list[int], list[list[ModelMessage]]]:
