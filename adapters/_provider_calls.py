@@ -216,9 +216,17 @@ class ProviderCall:
         self.finish((None, None, 0), complete=False)
 
 
+# What the GenAI conventions call these operations (observers report it; the rest are "chat").
+_GEN_AI_OPERATIONS = {"openai.embeddings": "embeddings", "openai.completions": "text_completion"}
+
+
 def _options(plan: Plan, hint: float) -> WrapOptions:
     return WrapOptions(
-        operation_name=plan.operation, cost_estimate_hint=hint, model=plan.model, provider=plan.provider
+        operation_name=plan.operation,
+        cost_estimate_hint=hint,
+        model=plan.model,
+        provider=plan.provider,
+        gen_ai_operation=_GEN_AI_OPERATIONS.get(plan.operation, ""),
     )
 
 

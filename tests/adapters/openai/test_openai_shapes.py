@@ -306,3 +306,12 @@ async def test_output_checks_on_async_calls(aclient: openai.AsyncOpenAI) -> None
             await _achat(aclient)
     assert ctx.graph.nodes()[0].status == "ok"
     await aclient.close()
+
+
+def test_steps_say_which_gen_ai_operation_they_are(client: openai.OpenAI) -> None:
+    with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=10, max_retries_total=0)) as ctx:
+        client.embeddings.create(model="text-embedding-3-small", input=["a", "b"])
+        _chat(client)
+        client.responses.create(model=MODEL, input="hi")
+    # What OpenTelemetry names the spans by ("embeddings text-embedding-3-small"; empty: "chat").
+    assert [n.options.gen_ai_operation for n in ctx.graph.nodes()] == ["embeddings", "", ""]
