@@ -24,7 +24,7 @@ from typing import Any
 
 from agents import AgentsException
 
-from .. import CallNode, ExecutionHalted, TokenUsage
+from .. import CallNode, ExecutionHalted, TokenUsage, ToolCallRejected
 
 
 class AgentsExecutionHalted(ExecutionHalted, AgentsException):
@@ -41,6 +41,16 @@ class AgentsExecutionHalted(ExecutionHalted, AgentsException):
     ) -> None:
         ExecutionHalted.__init__(self, reason, snapshot, partial_result, detail)
         self.run_data = None  # AgentsException's field; the SDK fills it in on the way out
+
+
+class AgentsToolCallRejected(ToolCallRejected, AgentsException):
+    """An approver's rejection (``on_reject="message"``) as the Agents SDK sees it: a
+    :class:`~veronica_mw.ToolCallRejected` the SDK lets through unwrapped. Run hooks cannot answer
+    a tool call in the tool's place, so the run ends with it and the tool never runs."""
+
+    def __init__(self, tool: str, message: str) -> None:
+        ToolCallRejected.__init__(self, tool, message)
+        self.run_data = None
 
 
 def agents_halt(halted: ExecutionHalted) -> AgentsExecutionHalted:

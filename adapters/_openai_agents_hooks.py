@@ -11,8 +11,24 @@ from typing import Any
 
 from agents import Agent, ModelResponse, RunContextWrapper, RunHooks, Tool, TResponseInputItem
 
-from .. import CallNode, ContextBinding, ExecutionConfig, ExecutionContext, ExecutionHalted, WrapOptions
-from ._openai_agents_calls import Call, OpenCalls, agents_halt, current_run, settle_orphans, token_usage
+from .. import (
+    CallNode,
+    ContextBinding,
+    ExecutionConfig,
+    ExecutionContext,
+    ExecutionHalted,
+    ToolCallRejected,
+    WrapOptions,
+)
+from ._openai_agents_calls import (
+    AgentsToolCallRejected,
+    Call,
+    OpenCalls,
+    agents_halt,
+    current_run,
+    settle_orphans,
+    token_usage,
+)
 
 __all__ = ["VeronicaRunHooks", "model_and_provider"]
 
@@ -128,6 +144,10 @@ class VeronicaRunHooks(RunHooks[Any]):
             return await ctx.abegin_call(kind, options, key=key, arguments=arguments)
         except ExecutionHalted as halted:
             raise agents_halt(halted) from None
+        except ToolCallRejected as rejected:  # the SDK would wrap it in UserError
+            if isinstance(rejected, AgentsToolCallRejected):
+                raise
+            raise AgentsToolCallRejected(rejected.tool, rejected.message) from None
 
     # -- model calls --------------------------------------------------------------------------
 

@@ -33,12 +33,13 @@ except ImportError as _exc:  # the SDK missing or too old, or some other package
         "openai-agents" if _missing else "openai-agents>=0.24", "openai-agents", _exc, module=__name__
     ) from None
 
-from ._openai_agents_calls import AgentsExecutionHalted
+from ._openai_agents_calls import AgentsExecutionHalted, AgentsToolCallRejected
 from ._openai_agents_hooks import VeronicaRunHooks
 from ._openai_agents_runner import ChainedRunHooks, instrument, instrumented, uninstrument
 
 __all__ = [
     "AgentsExecutionHalted",
+    "AgentsToolCallRejected",
     "ChainedRunHooks",
     "VeronicaRunHooks",
     "instrument",
