@@ -13,6 +13,7 @@ from agents import Runner
 from veronica_mw import (
     ApprovalRequest,
     Approve,
+    Edit,
     ExecutionContext,
     PolicyPipeline,
     Reject,
@@ -91,3 +92,12 @@ def test_an_async_approver_does_not_block_the_event_loop() -> None:
 
     asyncio.run(main())
     assert ticks == [0, 1, 2] and counter.tool_calls == 1
+
+
+def test_an_edit_is_a_rejection_since_hooks_cannot_change_the_arguments() -> None:
+    counter = Counter()
+    ctx = gated(lambda request: Edit({"host": "elsewhere"}))
+    with pytest.raises(AgentsExecutionHalted) as info:
+        drive("run", looping_agent(counter), hooks=VeronicaRunHooks(ctx))
+    assert info.value.reason == "policy_denied" and "cannot pass edited arguments" in info.value.detail
+    assert counter.tool_calls == 0
