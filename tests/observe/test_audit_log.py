@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -281,8 +282,12 @@ def test_a_forked_worker_writes_its_own_chain(tmp_path: Path) -> None:
             code = 0 if log.close() else 1
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    deadline = time.monotonic() + 120  # a hung child fails the test instead of hanging it
+    while (status := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(status[1]) == 0
     log.close()
     report = verify([tmp_path])
     assert report.ok and len(report.chains) == 2

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
+import signal
 import tempfile
 import threading
 import time
@@ -167,6 +169,8 @@ def test_a_read_only_directory_is_logged_and_requests_carry_on() -> None:
                 os._exit(0)
         os.close(write_fd)
         with os.fdopen(read_fd, "rb") as pipe:
+            if not select.select([pipe], [], [], HANG_GUARD_S)[0]:  # a hung child fails the test
+                os.kill(pid, signal.SIGKILL)
             raw = pipe.read()
         os.waitpid(pid, 0)
         result = json.loads(raw)
