@@ -23,7 +23,6 @@ import atexit
 import os
 import time
 import weakref
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from ..kernel.execution import ExecutionContext
 from ..kernel.graph import CallNode
 from ..kernel.observer import Observer
 from ..kernel.snapshot import ExecutionEvent
+from . import _audit_records as records
 from ._audit_chain import Digester, canonical, plain_digest
 from ._audit_files import ChainFiles
 from ._audit_writer import Writer
@@ -87,7 +87,7 @@ class AuditLog(Observer):
         self._configs: dict[ExecutionConfig, tuple[dict[str, Any], str]] = {}
         self._writer = Writer(
             self._open_chain,
-            _format,
+            records.format_item,
             queue_size=queue_size,
             head_interval_s=float(head_interval_s),
             retry_s=float(retry_s),
@@ -103,7 +103,7 @@ class AuditLog(Observer):
         attributes = ctx.attributes
         self._writer.submit(
             (
-                _context_started,
+                records.context_started,
                 time.time(),
                 ctx.chain_id,
                 _parent_chain(ctx),
@@ -116,7 +116,7 @@ class AuditLog(Observer):
     def call_started(self, ctx: ExecutionContext, node: CallNode) -> None:
         self._writer.submit(
             (
-                _call_admitted,
+                records.call_admitted,
                 time.time(),
                 ctx.chain_id,
                 node.node_id,
@@ -131,7 +131,7 @@ class AuditLog(Observer):
     def call_ended(self, ctx: ExecutionContext, node: CallNode, error: BaseException | None) -> None:
         self._writer.submit(
             (
-                _call,
+                records.call,
                 time.time(),
                 ctx.chain_id,
                 node.node_id,
@@ -150,16 +150,16 @@ class AuditLog(Observer):
         )
 
     def event(self, ctx: ExecutionContext, event: ExecutionEvent) -> None:
-        self._writer.submit((_event, time.time(), ctx.chain_id, event.kind, event.detail, event.data))
+        self._writer.submit((records.event, time.time(), ctx.chain_id, event.kind, event.detail, event.data))
 
     def halted(self, ctx: ExecutionContext, reason: str, detail: str) -> None:
-        self._writer.submit((_halt, time.time(), ctx.chain_id, reason, detail, _usage(ctx)))
+        self._writer.submit((records.halt, time.time(), ctx.chain_id, reason, detail, _usage(ctx)))
 
     def context_ended(self, ctx: ExecutionContext) -> None:
-        self._writer.submit((_context_ended, time.time(), ctx.chain_id, _usage(ctx), ctx.abort_reason))
+        self._writer.submit((records.context_ended, time.time(), ctx.chain_id, _usage(ctx), ctx.abort_reason))
 
     def refused(self, reason: str, detail: str, status: int) -> None:
-        self._writer.submit((_refused, time.time(), reason, detail, status))
+        self._writer.submit((records.refused, time.time(), reason, detail, status))
 
     # -- control and state -----------------------------------------------------------------------
 
@@ -246,88 +246,6 @@ def _usage(ctx: ExecutionContext) -> dict[str, Any]:
         "in_flight": s.in_flight,
         "elapsed_ms": round(s.elapsed_ms, 3),
     }
-
-
-# -- formatting (writer thread) -----------------------------------------------------------------
-
-
-def _context_started(
-    t: float, chain: str, parent: str | None, name: Any, config: Any, attrs: Any
-) -> dict[str, Any]:
-    limits, digest = config
-    record = {"type": "context_started", "chain": chain, "parent_chain": parent, "limits": limits}
-    record["config_digest"] = digest
-    if name is not None:
-        record["name"] = str(name)
-    if attrs:
-        record["attributes"] = jsonable(attrs)
-    return record
-
-
-def _call_admitted(
-    t: float, chain: str, call: int, parent: int | None, kind: str, name: str, model: Any, reserved: float
-) -> dict[str, Any]:
-    return {
-        "type": "call_admitted",
-        "chain": chain,
-        "call": call,
-        "parent_call": parent,
-        "kind": kind,
-        "name": name,
-        "model": model,
-        "reserved_usd": reserved,
-    }
-
-
-def _call(
-    t: float, chain: str, call: int, parent: int | None, kind: str, name: str, model: Any,
-    tokens_in: int, tokens_out: int, cost: float, status: str, duration_ms: float, error: Any, io: Any,
-) -> dict[str, Any]:  # fmt: skip
-    record = {
-        "type": "call",
-        "chain": chain,
-        "call": call,
-        "parent_call": parent,
-        "kind": kind,
-        "name": name,
-        "model": model,
-        "tokens_in": tokens_in,
-        "tokens_out": tokens_out,
-        "cost_usd": cost,
-        "status": status,
-        "duration_ms": round(duration_ms, 3),
-    }
-    if error is not None:
-        record["error"] = error
-    if io:  # present when bodies are kept and the adapter (or call_llm) recorded them
-        request = io.get("request")
-        record["request"] = request
-        record["response_text"] = io.get("response_text")
-        if model is None and isinstance(request, dict) and isinstance(request.get("model"), str):
-            record["model"] = request["model"]  # the model asked for, when nothing reported one
-    return record
-
-
-def _event(t: float, chain: str, kind: str, detail: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    return {"type": "event", "chain": chain, "kind": kind, "detail": detail, "data": jsonable(data)}
-
-
-def _halt(t: float, chain: str, reason: str, detail: str, usage: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "halt", "chain": chain, "reason": reason, "detail": detail, "usage": usage}
-
-
-def _context_ended(t: float, chain: str, usage: dict[str, Any], reason: str | None) -> dict[str, Any]:
-    return {"type": "context_ended", "chain": chain, "usage": usage, "halted": reason}
-
-
-def _refused(t: float, reason: str, detail: str, status: int) -> dict[str, Any]:
-    return {"type": "refused", "reason": reason, "detail": detail, "status": status}
-
-
-def _format(item: tuple[Any, ...]) -> dict[str, Any]:
-    record: dict[str, Any] = item[0](*item[1:])
-    record["t"] = round(item[1], 6)
-    return record
 
 
 # Close every log at interpreter exit (writes the final head), and give a forked child its own

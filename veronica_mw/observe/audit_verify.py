@@ -14,12 +14,12 @@ A problem names the file and line where the log stops being what the writer wrot
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from ._audit_chain import HMAC_SHA256, SHA256, ZERO, Digester, canonical, is_hex_digest, plain_digest
+from ._audit_chain import HMAC_SHA256, SHA256, Digester, canonical, is_hex_digest, plain_digest
+from ._audit_links import Checker, Item, Problem, check_file_end, reorder, walk
 from ._audit_read import AuditInputError, Line, expand, read_lines
 
 __all__ = ["ChainReport", "KeyRequired", "Problem", "VerifyReport", "verify"]
@@ -27,17 +27,6 @@ __all__ = ["ChainReport", "KeyRequired", "Problem", "VerifyReport", "verify"]
 
 class KeyRequired(AuditInputError):
     """The log is keyed (HMAC-SHA256) and no key was given."""
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    file: str
-    line: int
-    what: str
-    detail: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.what}" + (f" ({self.detail})" if self.detail else "")
 
 
 @dataclass(slots=True)
@@ -61,21 +50,6 @@ class VerifyReport:
         return not self.problems
 
 
-@dataclass(slots=True)
-class _Item:
-    line: Line
-    ok: bool = False  # the content matches the stored digest
-    flagged: bool = False  # a problem was reported for this line
-
-
-@dataclass
-class _Checker:
-    problems: dict[tuple[str, int], Problem] = field(default_factory=dict)
-
-    def report(self, file: str, line: int, what: str, detail: str = "") -> None:
-        self.problems.setdefault((file, line), Problem(file, line, what, detail))  # first cause wins
-
-
 def verify(
     paths: Iterable[str | Path], *, key: bytes | None = None, expect_heads: Sequence[str] = ()
 ) -> VerifyReport:
@@ -85,7 +59,7 @@ def verify(
         if not is_hex_digest(expected):
             raise AuditInputError(f"--expect-head must be 64 hex digits, got {expected!r}")
     files = expand(paths)
-    checker = _Checker()
+    checker = Checker()
     groups: dict[str, list[tuple[int, list[Line]]]] = {}
     total = 0
     for path in files:
@@ -127,7 +101,7 @@ def verify(
     return VerifyReport(total, chains, problems, head)
 
 
-def _report_no_opening(first: Line, key: bytes | None, checker: _Checker) -> None:
+def _report_no_opening(first: Line, key: bytes | None, checker: Checker) -> None:
     """Line 1 is not the file's ``log`` record: removed (the line is an intact later record), or edited."""
     record = first.record
     intact = (
@@ -148,7 +122,7 @@ def _line_count(lines: list[Line]) -> int:
 
 
 def _digester(
-    log_id: str, members: list[tuple[int, list[Line]]], key: bytes | None, checker: _Checker
+    log_id: str, members: list[tuple[int, list[Line]]], key: bytes | None, checker: Checker
 ) -> Digester:
     first = members[0][1][0]
     alg = first.record.get("alg") if first.record is not None and not log_id.startswith("?") else None
@@ -171,11 +145,11 @@ def _check_chain(
     log_id: str,
     members: list[tuple[int, list[Line]]],
     key: bytes | None,
-    checker: _Checker,
+    checker: Checker,
     digests: set[str],
 ) -> ChainReport:
     digester = _digester(log_id, members, key, checker)
-    items: list[_Item] = []
+    items: list[Item] = []
     expected_index = 0
     for index, lines in members:
         if index >= 0 and index != expected_index:
@@ -188,7 +162,7 @@ def _check_chain(
             checker.report(lines[0].file, 1, what, detail)
         expected_index = index + 1
         for line in lines:
-            item = _Item(line)
+            item = Item(line)
             if line.record is None:
                 item.flagged = True
                 checker.report(
@@ -208,12 +182,12 @@ def _check_chain(
         checker.report(first.file, first.lineno, "bad digest", detail)
         files = [lines[0].file for _, lines in members if lines]
         return ChainReport(log_id, digester.alg, files, len(readable), None)
-    ordered = _reorder(items, checker)
-    _walk(ordered, members, digester, key, checker)
+    ordered = reorder(items, checker)
+    walk(ordered, members, digester, key, checker)
     for number, (_, lines) in enumerate(members):
         following = members[number + 1][1] if number + 1 < len(members) else None
         in_file = [it.line for it in ordered if it.line.file == lines[0].file]
-        _check_file_end(in_file, lines[-1], following, checker)
+        check_file_end(in_file, lines[-1], following, checker)
     for item in ordered:
         if item.ok:
             digests.add(item.line.digest)
@@ -222,142 +196,3 @@ def _check_chain(
     return ChainReport(
         log_id, digester.alg, files, sum(1 for it in items if it.line.record is not None), head
     )
-
-
-def _check_file_end(
-    lines: list[Line], physical_last: Line, next_file: list[Line] | None, checker: _Checker
-) -> None:
-    """The file's last record in seq order must be a head record (and name the next file, if any)."""
-    last = lines[-1]
-    if physical_last.partial:
-        return  # already reported as truncated at that line
-    record = last.record
-    if record is None or record.get("type") != "head":
-        detail = "no head record after the last line: cut short, or its process is still writing"
-        checker.report(last.file, physical_last.lineno + 1, "truncated", detail)
-        return
-    following = record.get("next")
-    if isinstance(following, str):
-        if next_file is None or Path(next_file[0].file).name != following:
-            checker.report(
-                last.file, last.lineno, "missing record", f"the next file, {following}, is missing"
-            )
-
-
-def _reorder(items: list[_Item], checker: _Checker) -> list[_Item]:
-    """Report lines whose seq is out of place (not on the longest increasing run of seqs) and put
-    them back where their seq belongs, so the link check sees the chain in seq order."""
-    good: list[tuple[int, int]] = []  # (position, seq) of the lines whose digest holds
-    for i, it in enumerate(items):
-        seq = it.line.record.get("seq") if it.ok and it.line.record is not None else None
-        if isinstance(seq, int):
-            good.append((i, seq))
-    keep = _longest_increasing([seq for _, seq in good])
-    kept = {good[k][0] for k in keep}
-    kept_seqs = {good[k][1] for k in keep}
-    movable = {i for i, _ in good} - kept
-    ordered = [it for i, it in enumerate(items) if i not in movable]
-    for i, seq in good:
-        if i in kept:
-            continue
-        item = items[i]
-        item.flagged = True
-        line = item.line
-        if seq in kept_seqs:
-            checker.report(line.file, line.lineno, "modified", f"seq {seq} appears twice")
-            continue
-        at = _insert_at(ordered, seq)
-        neighbour = ordered[at - 1].line.lineno if at else 0
-        checker.report(line.file, line.lineno, "reordered", f"seq {seq} belongs after line {neighbour}")
-        ordered.insert(at, item)
-    return ordered
-
-
-def _insert_at(ordered: list[_Item], seq: int) -> int:
-    at = 0
-    for position, item in enumerate(ordered):
-        record = item.line.record
-        if item.ok and record is not None and isinstance(record.get("seq"), int) and record["seq"] < seq:
-            at = position + 1
-    return at
-
-
-def _longest_increasing(values: list[int]) -> list[int]:
-    """Indices of one longest strictly increasing subsequence (on ties, the later elements)."""
-    tails: list[int] = []  # tails[k]: smallest tail value of an increasing run of length k + 1
-    tail_at: list[int] = []
-    parent = [-1] * len(values)
-    for i, value in enumerate(values):
-        k = bisect.bisect_left(tails, value)
-        if k == len(tails):
-            tails.append(value)
-            tail_at.append(i)
-        else:
-            tails[k] = value
-            tail_at[k] = i
-        parent[i] = tail_at[k - 1] if k else -1
-    run: list[int] = []
-    i = tail_at[-1] if tail_at else -1
-    while i >= 0:
-        run.append(i)
-        i = parent[i]
-    return run[::-1]
-
-
-def _walk(
-    ordered: list[_Item],
-    members: list[tuple[int, list[Line]]],
-    digester: Digester,
-    key: bytes | None,
-    checker: _Checker,
-) -> None:
-    """Follow seq and prev along the chain; report where they break and why."""
-    first = next((it.line.record for it in ordered if it.line.record is not None), None)
-    orphan = members[0][0] < 0
-    expected_seq = first.get("seq", 0) if orphan and first is not None else 0
-    expected_prev: str | None = first.get("prev") if orphan and first is not None else ZERO
-    previous: _Item | None = None
-    for position, item in enumerate(ordered):
-        line, record = item.line, item.line.record
-        if record is None:
-            expected_seq, expected_prev, previous = expected_seq + 1, None, item
-            continue
-        if not item.ok:
-            nxt = ordered[position + 1].line.record if position + 1 < len(ordered) else None
-            rewritten = (
-                (key is not None and line.digest == plain_digest(line.body))
-                or not is_hex_digest(line.digest)
-                or (nxt is not None and nxt.get("prev") != line.digest)
-            )
-            what = "bad digest" if rewritten else "modified"
-            checker.report(line.file, line.lineno, what, "content does not match its digest")
-            item.flagged = True
-            expected_seq, expected_prev, previous = expected_seq + 1, line.digest, item
-            continue
-        seq, prev = record.get("seq"), record.get("prev")
-        if not isinstance(seq, int) or not isinstance(prev, str):
-            checker.report(line.file, line.lineno, "modified", "no seq/prev")
-        elif seq > expected_seq:
-            gap = seq - expected_seq
-            checker.report(
-                line.file,
-                line.lineno,
-                "missing record",
-                f"{gap} record(s) before this line (seq {expected_seq}..{seq - 1})",
-            )
-        elif seq == expected_seq and expected_prev is not None and prev != expected_prev:
-            if previous is not None and previous.flagged:
-                pass  # explained by the problem already reported on the previous line
-            elif previous is not None and previous.line.file == line.file:
-                where = previous.line
-                checker.report(
-                    where.file, where.lineno, "modified", "re-hashed: the next record does not link to it"
-                )
-            else:
-                checker.report(
-                    line.file, line.lineno, "missing record", "prev does not link to the previous file"
-                )
-        if record.get("type") == "head" and record.get("records") != seq:
-            checker.report(line.file, line.lineno, "modified", "head record count does not match its seq")
-        expected_seq = (seq if isinstance(seq, int) else expected_seq) + 1
-        expected_prev, previous = line.digest, item
