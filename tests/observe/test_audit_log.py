@@ -17,7 +17,18 @@ from typing import Any
 
 import pytest
 
-from veronica_mw import AuditLog, ExecutionConfig, ExecutionContext, ExecutionHalted, WrapOptions
+from veronica_mw import (
+    Approve,
+    AuditLog,
+    ExecutionConfig,
+    ExecutionContext,
+    ExecutionHalted,
+    Forbidden,
+    PolicyPipeline,
+    Reject,
+    RequireApproval,
+    WrapOptions,
+)
 from veronica_mw.kernel.pricing import TokenUsage, price_usage
 from veronica_mw.observe.audit_verify import verify
 
@@ -295,3 +306,29 @@ def test_a_forked_worker_writes_its_own_chain(tmp_path: Path) -> None:
     assert any(f".{pid}." in name for name in names) and any(f".{os.getpid()}." in name for name in names)
     calls = [r for r in read_records(tmp_path) if r["type"] == "call"]
     assert len(calls) == 2  # the parent's queued records were not written twice
+
+
+def test_check_and_approval_decisions_are_events(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl")
+    approvals = RequireApproval(
+        "delete_*", lambda request: Approve() if request.tool == "delete_draft" else Reject("not that one")
+    )
+    config = ExecutionConfig(max_cost_usd=1.0, max_steps=10, max_retries_total=2)
+    ctx = ExecutionContext(
+        config, PolicyPipeline([approvals]), audit=log, checks=[(Forbidden(r"sk-\w+"), "warn")]
+    )
+    with ctx:
+        ctx.call_llm(lambda: "the key is sk-abc123", options=WrapOptions(operation_name="chat"))
+        ctx.call_tool(lambda: "deleted", options=WrapOptions(operation_name="delete_draft"))
+        with pytest.raises(ExecutionHalted):
+            ctx.call_tool(lambda: "gone", options=WrapOptions(operation_name="delete_all"))
+    log.close()
+    records = read_records(tmp_path)
+    events = [(r["kind"], r["detail"]) for r in records if r["type"] == "event"]
+    kinds = [kind for kind, _ in events]
+    assert "check_failed" in kinds and kinds.count("approval_requested") == 2
+    assert "approval_granted" in kinds
+    assert "approval_rejected" in kinds
+    (halt,) = (r for r in records if r["type"] == "halt")
+    assert halt["reason"] == "policy_denied" and "not that one" in halt["detail"]
+    assert verify([tmp_path]).ok
