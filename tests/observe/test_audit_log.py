@@ -32,7 +32,7 @@ from veronica_mw import (
 from veronica_mw.kernel.pricing import TokenUsage, price_usage
 from veronica_mw.observe.audit_verify import verify
 
-from .conftest import read_records
+from .conftest import read_records, run_cli
 
 CONFIG = ExecutionConfig(max_cost_usd=1.0, max_steps=3, max_retries_total=1, timeout_ms=60_000)
 
@@ -332,3 +332,32 @@ def test_check_and_approval_decisions_are_events(tmp_path: Path) -> None:
     (halt,) = (r for r in records if r["type"] == "halt")
     assert halt["reason"] == "policy_denied" and "not that one" in halt["detail"]
     assert verify([tmp_path]).ok
+
+
+def test_children_write_to_their_parents_log(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl")
+    with ExecutionContext(CONFIG, audit=log, name="agent") as root:
+        with root.child("researcher", max_steps=2) as researcher:  # no audit= of its own
+            researcher.call_tool(lambda: 1, options=WrapOptions(operation_name="search"))
+            with ExecutionContext(CONFIG) as grandchild:  # nested by being entered inside
+                grandchild.call_tool(lambda: 2)
+        with ExecutionContext(CONFIG, parent=None) as detached:  # not nested: not this log's
+            detached.call_tool(lambda: 3)
+    log.close()
+    records = read_records(tmp_path)
+    starts = {r["chain"]: r for r in records if r["type"] == "context_started"}
+    assert set(starts) == {root.chain_id, researcher.chain_id, grandchild.chain_id}
+    assert starts[root.chain_id]["name"] == "agent" and starts[root.chain_id]["parent_chain"] is None
+    assert (starts[researcher.chain_id]["name"], starts[researcher.chain_id]["parent_chain"]) == (
+        "researcher",
+        root.chain_id,
+    )
+    assert starts[researcher.chain_id]["limits"]["max_steps"] == 2
+    assert starts[grandchild.chain_id]["parent_chain"] == researcher.chain_id
+    calls = {r["chain"]: r["name"] for r in records if r["type"] == "call"}
+    assert calls == {researcher.chain_id: "search", grandchild.chain_id: "tool"}
+    code, out, _ = run_cli("audit", "show", tmp_path)
+    lines = out.splitlines()
+    assert lines[0].startswith(f"agent [chain {root.chain_id}]")
+    assert lines[1].startswith(f"  researcher [chain {researcher.chain_id}]")
+    assert lines[3].startswith(f"    context [chain {grandchild.chain_id}]")

@@ -28,7 +28,6 @@ from typing import Any
 
 from ..kernel._io import jsonable
 from ..kernel.config import ExecutionConfig
-from ..kernel.context import PendingContext, current_context
 from ..kernel.execution import ExecutionContext
 from ..kernel.graph import CallNode
 from ..kernel.observer import Observer
@@ -107,7 +106,7 @@ class AuditLog(Observer):
                 time.time(),
                 ctx.chain_id,
                 _parent_chain(ctx),
-                getattr(ctx, "name", None),
+                ctx._name or None,
                 self._config(ctx.config),
                 dict(attributes) if attributes else None,
             )
@@ -224,16 +223,9 @@ class AuditLog(Observer):
 
 
 def _parent_chain(ctx: ExecutionContext) -> str | None:
-    """The chain id of the context this one was started in (the current one, if another)."""
-    parent = getattr(ctx, "parent", None)
-    if isinstance(parent, ExecutionContext):
-        return parent.chain_id
-    current = current_context.get()
-    if isinstance(current, PendingContext):
-        current = current.ctx
-    if isinstance(current, ExecutionContext) and current is not ctx:
-        return current.chain_id
-    return None
+    """The chain id of the context this one is nested in (None for a root)."""
+    lineage = ctx._lineage  # (ctx, parent, ..., root) once nested; (ctx,) or () for a root
+    return lineage[1].chain_id if len(lineage) > 1 else None
 
 
 def _usage(ctx: ExecutionContext) -> dict[str, Any]:
