@@ -18,11 +18,13 @@ from typing import Any
 
 from .. import CallNode, ExecutionContext, ExecutionHalted, TokenUsage, WrapOptions
 from .. import instrumentation as _instrumentation
+from ..kernel._io import response_text
 from ..kernel.context import PendingContext, current_context
 from ..kernel.pricing import price_usage
 from . import _provider_claims as claims
 
 _UNSET: Any = object()
+_SENTINELS = frozenset({"NotGiven", "Omit"})  # openai/anthropic ``NOT_GIVEN`` and ``omit``
 _current = current_context.get
 # A data URL or base64 blob (an image, a file) is not text: counted as this many tokens instead.
 _BLOB_TOKENS = 1000
@@ -153,6 +155,38 @@ class ProviderCall:
         if not ctx.record_retry(exc):
             raise ctx.halted_error()
 
+    def record_request(self, body: Any) -> None:
+        """Attach the request body to the step when an observer keeps call bodies (the audit log's
+        ``record_bodies``): its messages, model and the other parameters -- only the JSON body, never
+        the headers, and the kernel strips credentials from it."""
+        node = self.node
+        if not node.wants_io or not isinstance(body, Mapping):
+            return
+        # The SDKs leave their "not given" sentinels in the body and drop them when they serialize.
+        params = {
+            k: v
+            for k, v in body.items()
+            if k not in ("model", "messages") and type(v).__name__ not in _SENTINELS
+        }
+        model = body.get("model")
+        node.record_io(
+            request={
+                "model": model if isinstance(model, str) else None,
+                "messages": body.get("messages"),
+                "parameters": params,
+            }
+        )
+
+    def record_response(self, result: Any = None, text: str | None = None) -> None:
+        """Attach the response text (of ``result``, or ``text`` read from a stream) when kept."""
+        node = self.node
+        if not node.wants_io:
+            return
+        if text is None and result is not None and result is not _UNSET:
+            text = response_text(result)
+        if text is not None:
+            node.record_io(response_text=text)
+
     def failed(self, exc: BaseException) -> None:
         """The request raised (after the SDK's own retries, or a refused retry)."""
         node = self.node
@@ -172,6 +206,7 @@ class ProviderCall:
         cost = self._cost(outcome, complete)
         if cost is None:
             return
+        self.record_response(result)
         if result is _UNSET:
             self.node.commit(cost_usd=cost[0], model=cost[1])
         else:
@@ -181,6 +216,7 @@ class ProviderCall:
         """:meth:`finish` for async calls: async output checks are awaited."""
         cost = self._cost(outcome, True)
         if cost is not None:
+            self.record_response(result)
             await self.node.acommit(result, cost_usd=cost[0], model=cost[1])
 
     def _cost(self, outcome: Outcome, complete: bool) -> tuple[float, str | None] | None:

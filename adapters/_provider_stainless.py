@@ -98,6 +98,7 @@ def _sync_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
                 return original(self, cast_to, options, *args, **kwargs)
             plan, endpoint = planned
             call = begin(ctx, plan)  # ExecutionHalted here: nothing was sent
+            call.record_request(getattr(options, "json_data", None))  # a no-op unless bodies are kept
             token = active.set(call)
             try:
                 result = original(self, cast_to, options, *args, **kwargs)
@@ -127,6 +128,7 @@ def _async_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
                 return await original(self, cast_to, options, *args, **kwargs)
             plan, endpoint = planned
             call = begin(ctx, plan)
+            call.record_request(getattr(options, "json_data", None))
             token = active.set(call)
             try:
                 result = await original(self, cast_to, options, *args, **kwargs)

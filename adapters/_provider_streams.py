@@ -30,16 +30,24 @@ from ._provider_calls import Outcome, ProviderCall
 class Meter:
     """What one stream reported so far; SDK adapters subclass it and implement :meth:`feed`."""
 
-    __slots__ = ("tokens", "model", "chars", "final")
+    __slots__ = ("tokens", "model", "chars", "final", "text")
 
     def __init__(self) -> None:
         self.tokens: Any = None  # TokenUsage once reported
         self.model: str | None = None
         self.chars = 0  # characters of generated text seen (for an estimate when no usage comes)
         self.final = False  # the usage reported is the final one
+        self.text: list[str] | None = None  # the text itself, only when call bodies are kept
 
     def feed(self, item: Any) -> None:
         raise NotImplementedError
+
+    def seen(self, text: Any) -> None:
+        """Generated text arrived (a delta): count it, and keep it if bodies are kept."""
+        if isinstance(text, str):
+            self.chars += len(text)
+            if self.text is not None:
+                self.text.append(text)
 
     def outcome(self) -> Outcome:
         return self.tokens, self.model, self.chars
@@ -107,14 +115,21 @@ class StreamPending(Pending):
 
     def end(self) -> None:
         if self._take():
+            self._text()
             self.call.finish(self.meter.outcome())
 
     def stop(self) -> None:
         if self._take():
+            self._text()
             if self.meter.final:
                 self.call.finish(self.meter.outcome(), complete=False)
             else:
                 self.call.abandon()
+
+    def _text(self) -> None:
+        text = self.meter.text
+        if text is not None:
+            self.call.record_response(text="".join(text))
 
 
 class Observed:
@@ -185,6 +200,8 @@ def observe(call: ProviderCall, stream: Any, meter: Meter, attr: str = "_iterato
     if inner is None:  # API drift: cannot watch it, so it may cost its full reservation
         call.abandon()
         return
+    if call.node.wants_io:
+        meter.text = []
     pending = StreamPending(call, stream, meter)
     wrapper = AsyncObserved(inner, pending) if hasattr(inner, "__anext__") else Observed(inner, pending)
     setattr(stream, attr, wrapper)
@@ -242,6 +259,7 @@ class RawPending(Pending):
             return
         body = None if self.stream else _read_json(self.http)
         if body is not None:
+            self.call.record_response(body)
             self.call.finish(self.outcome_of(body))
         else:
             self.call.abandon()
@@ -267,6 +285,7 @@ def settle_raw(
     """Settle a raw-response wrapper now if its JSON body is in memory, else when it is parsed."""
     body = None if stream else _read_json(getattr(wrapper, "http_response", None))
     if body is not None:
+        call.record_response(body)
         call.finish(outcome_of(body))
     else:
         RawPending(call, wrapper, stream, meter_for, outcome_of)

@@ -85,8 +85,7 @@ class _MessagesMeter(Meter):
     def feed(self, event: Any) -> None:
         kind = getattr(event, "type", None)
         if kind == "content_block_delta":
-            text = getattr(getattr(event, "delta", None), "text", None)
-            self.chars += len(text) if isinstance(text, str) else 0
+            self.seen(getattr(getattr(event, "delta", None), "text", None))
         elif kind == "message_start":
             message = getattr(event, "message", None)
             self.model = _model(message) or self.model

@@ -74,9 +74,7 @@ class _ChatMeter(Meter):
         if self.model is None:
             self.model = _model(chunk)
         for choice in getattr(chunk, "choices", None) or ():
-            content = getattr(getattr(choice, "delta", None), "content", None)
-            if isinstance(content, str):
-                self.chars += len(content)
+            self.seen(getattr(getattr(choice, "delta", None), "content", None))
 
 
 # -- Responses API --------------------------------------------------------------------------------
@@ -104,8 +102,7 @@ class _ResponsesMeter(Meter):
     def feed(self, event: Any) -> None:
         kind = getattr(event, "type", None)
         if kind == "response.output_text.delta":
-            delta = getattr(event, "delta", None)
-            self.chars += len(delta) if isinstance(delta, str) else 0
+            self.seen(getattr(event, "delta", None))
         elif kind in _FINAL_EVENTS or kind == "response.created":
             response = getattr(event, "response", None)
             self.model = _model(response) or self.model
@@ -136,8 +133,7 @@ class _CompletionsMeter(_ChatMeter):
             self.final = self.tokens is not None
         self.model = self.model or _model(chunk)
         for choice in getattr(chunk, "choices", None) or ():
-            text = getattr(choice, "text", None)
-            self.chars += len(text) if isinstance(text, str) else 0
+            self.seen(getattr(choice, "text", None))
 
 
 class _NoStream(Meter):

@@ -15,7 +15,9 @@ import pytest
 from veronica_mw import AuditLog, ExecutionConfig, ExecutionContext
 from veronica_mw.kernel.pricing import TokenUsage, price_usage
 from veronica_mw.observe._audit_read import iter_records
+from veronica_mw.observe.audit_runs import Call
 from veronica_mw.observe.audit_verify import verify
+from veronica_mw.observe.replay import replay_request
 
 from ..observe.conftest import run_cli
 from .fake_chat import FakeChatServer, completion, fake_chat_server
@@ -185,3 +187,34 @@ def test_the_replay_can_be_audited_itself(tmp_path: Path, server: FakeChatServer
     assert [c["model"] for c in calls] == ["gpt-4o-mini"] * 3
     assert [c["request"]["messages"][-1]["content"] for c in calls] == QUESTIONS
     assert [c["response_text"] for c in calls] == [f"echo: {q}" for q in QUESTIONS]
+
+
+def test_requests_of_other_apis_are_replayed_as_chat_completions() -> None:
+    params = {"input": "hi", "instructions": "terse", "stream": True}
+    responses = Call(
+        "c",
+        1,
+        None,
+        "llm",
+        "openai.responses",
+        request={"model": "gpt-4o", "messages": None, "parameters": params},
+    )
+    assert replay_request(responses, "m") == {
+        "model": "m",
+        "messages": [{"role": "system", "content": "terse"}, {"role": "user", "content": "hi"}],
+        "stream": False,
+    }
+    anthropic = Call("c", 2, None, "llm", "anthropic.messages", request={
+        "model": "claude", "messages": [{"role": "user", "content": "q"}],
+        "parameters": {"system": "be kind", "max_tokens": 10},
+    })  # fmt: skip
+    assert replay_request(anthropic, "m") == {
+        "model": "m",
+        "messages": [{"role": "system", "content": "be kind"}, {"role": "user", "content": "q"}],
+        "max_tokens": 10,
+        "stream": False,
+    }
+    assert (
+        replay_request(Call("c", 3, None, "llm", "x", request={"messages": None, "parameters": {}}), "m")
+        is None
+    )

@@ -164,11 +164,19 @@ def replay_request(call: Call, model: str) -> dict[str, Any] | None:
     params = dict(request.get("parameters") or {})
     if not messages and isinstance(request.get("prompt"), str):
         messages = [{"role": "user", "content": request["prompt"]}]
+    if not messages:  # a Responses API request: ``input`` is a string or a list of messages
+        given = params.pop("input", None)
+        if isinstance(given, str):
+            messages = [{"role": "user", "content": given}]
+        elif isinstance(given, list) and all(isinstance(m, dict) and "role" in m for m in given):
+            messages = given
     if not isinstance(messages, list) or not messages:
         return None
-    system = params.pop("system", None)  # an Anthropic-style request: its system prompt leads
-    if isinstance(system, str) and system:
-        messages = [{"role": "system", "content": system}, *messages]
+    # The system prompt of an Anthropic request (``system``) or a Responses one (``instructions``).
+    for name in ("system", "instructions"):
+        system = params.pop(name, None)
+        if isinstance(system, str) and system:
+            messages = [{"role": "system", "content": system}, *messages]
     body = {k: v for k, v in params.items() if k not in _NOT_REPLAYED}
     body.update({"model": model, "messages": messages, "stream": False})
     return body
