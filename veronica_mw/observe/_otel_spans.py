@@ -49,6 +49,15 @@ def _recording(span: Span | None) -> Span | None:
     return span if span is not None and span.is_recording() else None
 
 
+def _halted_above(ctx: ExecutionContext) -> bool:
+    parent = ctx.parent
+    while parent is not None:
+        if parent.aborted:
+            return True
+        parent = parent.parent
+    return False
+
+
 def _placeholder(provider: object) -> bool:
     # The API's own stand-in until an SDK is configured (an SDK or vendor provider never is one).
     return type(provider) is trace.ProxyTracerProvider
@@ -98,10 +107,9 @@ class OTelObserver(Observer):
     def context_started(self, ctx: ExecutionContext) -> None:
         try:
             if self._get_tracer() is not None:
-                span = _recording(trace.get_current_span())
-                state = state_of(ctx, span)
-                if span is not None:  # the request's trace can be found by the 429's chain id
-                    span.set_attribute("veronica.chain_id", state.chain_id)
+                state = state_of(ctx, _recording(trace.get_current_span()))
+                if state.span is not None:  # the request's trace can be found by the 429's chain id
+                    state.span.set_attribute("veronica.chain_id", state.chain_id)
         except Exception as exc:
             self._failed("context_started", exc)
 
@@ -168,6 +176,8 @@ class OTelObserver(Observer):
             self._failed("event", exc)
 
     def halted(self, ctx: ExecutionContext, reason: str, detail: str) -> None:
+        if _halted_above(ctx):
+            return  # the consequence of an enclosing context's halt, which was recorded already
         try:
             snapshot = ctx.get_snapshot()
             state = states.get(ctx)
@@ -261,6 +271,8 @@ class OTelObserver(Observer):
             kind = SpanKind.INTERNAL
             attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": node.name}
         attributes["veronica.chain_id"] = state.chain_id
+        if state.parent_chain_id is not None:
+            attributes["veronica.parent_chain_id"] = state.parent_chain_id
         attributes["veronica.step"] = node.step
         span = tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
         token = otel_context.attach(trace.set_span_in_context(span)) if node.inline else None

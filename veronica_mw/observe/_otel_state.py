@@ -25,11 +25,15 @@ class Call:
 class ContextState:
     """What the observer keeps per execution context (dropped with the context)."""
 
-    __slots__ = ("chain_id", "span", "calls", "downgraded", "received", "sent")
+    __slots__ = ("chain_id", "parent_chain_id", "span", "calls", "downgraded", "received", "sent")
 
-    def __init__(self, chain_id: str, span: Span | None) -> None:
-        self.chain_id = chain_id
-        self.span = span  # current when the context started: the request's or session's span
+    def __init__(self, ctx: ExecutionContext, span: Span | None) -> None:
+        self.chain_id = ctx.chain_id
+        parent = ctx.parent
+        self.parent_chain_id = parent.chain_id if parent is not None else None  # a sub-agent's context
+        # Current when a root context started: the request's or session's span. A nested context
+        # starts under its parent's spans and leaves them to the parent.
+        self.span = span if parent is None else None
         self.calls: dict[int, Call] = {}  # open spans by node id
         self.downgraded: dict[int, str] = {}  # node id -> the fallback model it was sent to
         self.received = 0
@@ -48,5 +52,5 @@ def state_of(ctx: ExecutionContext, span: Span | None = None) -> ContextState:
         with states_lock:
             state = states.get(ctx)
             if state is None:
-                state = states[ctx] = ContextState(ctx.chain_id, span)
+                state = states[ctx] = ContextState(ctx, span)
     return state

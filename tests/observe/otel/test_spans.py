@@ -341,3 +341,21 @@ def test_context_events_become_span_events_where_they_happened(otel: Telemetry) 
     (event,) = otel.span("chat").events
     assert event.name == "veronica.unpriced"
     assert "without a model name" in attrs(event)["veronica.detail"]
+
+
+def test_a_sub_agents_context_reports_its_calls_and_one_halt(otel: Telemetry) -> None:
+    tracer = otel.tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("request"):
+        with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=3, max_retries_total=0)) as parent:
+            with parent.child("researcher", max_steps=10) as sub, pytest.raises(ExecutionHalted):
+                for _ in range(5):  # the parent's three steps run out first
+                    sub.call_tool(len, "x", options=WrapOptions(operation_name="search"))
+    tools = otel.spans("execute_tool search")
+    assert [attrs(s)["veronica.chain_id"] for s in tools] == [sub.chain_id] * 3
+    assert [attrs(s)["veronica.parent_chain_id"] for s in tools] == [parent.chain_id] * 3
+    request = otel.span("request")
+    assert attrs(request)["veronica.chain_id"] == parent.chain_id  # the root's, not the sub-agent's
+    assert [(e.name, attrs(e)["veronica.chain_id"]) for e in request.events] == [
+        ("veronica.halt", parent.chain_id)
+    ]
+    assert otel.halts() == {"step_limit": 1}  # one refusal, one halt, however many contexts it stops
