@@ -10,6 +10,9 @@
 - ``sdk_noop_exporter_and_metrics``: the same plus an SDK MeterProvider (calls, cost, tokens and
   duration recorded per call).
 
+``sdk_alone_us`` is what the SDK itself charges for one such span and one counter measurement, so
+the SDK figures can be read as "SDK work + veronica-mw's translation".
+
 Needs ``opentelemetry-sdk``.
 """
 
@@ -27,6 +30,8 @@ from collections.abc import Sequence
 
 os.environ.pop("OTEL_SDK_DISABLED", None)  # the SDK modes must really record
 
+from opentelemetry import context as otel_context  # noqa: E402
+from opentelemetry import trace  # noqa: E402
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
@@ -62,6 +67,28 @@ def per_call_us(n: int, repeats: int) -> float:
     return round(statistics.median(samples), 3)
 
 
+def sdk_alone_us(tracer_provider: TracerProvider, meter_provider: MeterProvider, n: int) -> dict[str, float]:
+    """The SDK's own price, for scale: one span with as many attributes as a model call's, made
+    current and ended; one counter add with a model call's attributes."""
+    tracer = tracer_provider.get_tracer("bench")
+    start_attributes = {f"start.{i}": "value" for i in range(6)}
+    end_attributes = {f"end.{i}": 1.0 for i in range(6)}
+    begin = time.perf_counter()
+    for _ in range(n):
+        span = tracer.start_span("chat gpt-4o", attributes=start_attributes)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        span.set_attributes(end_attributes)
+        otel_context.detach(token)
+        span.end()
+    span_us = (time.perf_counter() - begin) / n * 1e6
+    counter = meter_provider.get_meter("bench").create_counter("bench.calls")
+    attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o", "veronica.status": "ok"}
+    begin = time.perf_counter()
+    for _ in range(n):
+        counter.add(1, attributes)
+    return {"span": round(span_us, 3), "measurement": round((time.perf_counter() - begin) / n * 1e6, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
@@ -84,6 +111,7 @@ def main() -> None:
     otel.enable(tracer_provider=tracer_provider, meter_provider=meter_provider)
     figures["sdk_noop_exporter_and_metrics"] = per_call_us(n, repeats)
     otel.disable()
+    sdk_alone = sdk_alone_us(tracer_provider, meter_provider, n)
     tracer_provider.shutdown()
     meter_provider.shutdown()
 
@@ -96,6 +124,8 @@ def main() -> None:
                 "calls_per_repeat": n,
                 "wrap_llm_call_us": figures,
                 "overhead_us": {k: round(v - figures["off"], 3) for k, v in figures.items() if k != "off"},
+                # A model call is one span and 2-5 measurements (calls, duration; cost, tokens x2).
+                "sdk_alone_us": sdk_alone,
             },
             indent=2,
         )
