@@ -25,6 +25,7 @@ from .. import (
     ExecutionContext,
     ExecutionHalted,
     TokenUsage,
+    ToolCallRejected,
     WrapOptions,
     get_current_execution_context,
 )
@@ -149,23 +150,44 @@ def _options(owner: Owner, kind: str, name: str, llm: Any) -> WrapOptions:
     )
 
 
-def begin(kind: str, name: str, llm: Any = None) -> Call | None:
+def _dict_arguments(edited: Any) -> None:
+    if not isinstance(edited, dict):
+        raise TypeError(f"tool arguments must be a dict, got {type(edited).__name__}")
+
+
+def begin(kind: str, name: str, llm: Any = None, arguments: Any = None) -> Call | None:
     """Begin the call in every owning context (None: uncontained); on a halt, give back what was
-    begun and raise :class:`CrewExecutionHalted`, so the call does not run."""
+    begun and raise :class:`CrewExecutionHalted`, so the call does not run. A tool call an
+    approval policy gates waits here; a rejection that answers the agent raises ToolCallRejected."""
     found = owners()
     if not found:
         return None
     nodes: list[CallNode] = []
+    editable = _dict_arguments if kind == "tool" else False
     for owner, ctx in found:
         try:
-            nodes.append(ctx.begin_call(kind, _options(owner, kind, name, llm)))
-        except ExecutionHalted as halted:
+            nodes.append(
+                ctx.begin_call(kind, _options(owner, kind, name, llm), arguments=arguments, editable=editable)
+            )
+        except (ExecutionHalted, ToolCallRejected) as refused:
             for node in nodes:
                 node.release()
-            raise crew_halt(halted) from None
+            if isinstance(refused, ExecutionHalted):
+                raise crew_halt(refused) from None
+            raise
     return Call(nodes)
+
+
+def edited_arguments(call: Call | None) -> dict[str, Any] | None:
+    """The arguments an approver edited for this tool call, if any."""
+    for node in call.nodes if call is not None else ():
+        if node.edited_arguments is not None:
+            return dict(node.edited_arguments)
+    return None
 
 
 # The call in flight in this thread/task: hooks, LLM wrapper and tool run share one context there.
 llm_call: ContextVar[Call | None] = ContextVar("veronica_crewai_llm_call", default=None)
 tool_call: ContextVar[Call | None] = ContextVar("veronica_crewai_tool_call", default=None)
+# The rejection message of a tool call the before hook blocked, for the after hook to answer with.
+tool_rejection: ContextVar[str | None] = ContextVar("veronica_crewai_tool_rejection", default=None)

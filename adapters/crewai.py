@@ -41,7 +41,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from .. import ContextBinding, ExecutionConfig, ExecutionContext, WrapOptions
+from .. import ContextBinding, ExecutionConfig, ExecutionContext, ToolCallRejected, WrapOptions
 from . import _crewai_calls as calls
 from ._crewai_calls import CrewExecutionHalted
 from ._crewai_llm import unwrap_all, wrap_all, wrap_llm
@@ -85,21 +85,37 @@ def _after_llm(hc: LLMCallHookContext) -> None:
     calls.raise_if_halted()
 
 
-def _before_tool(tc: ToolCallHookContext) -> None:
+def _before_tool(tc: ToolCallHookContext) -> bool | None:
     stale = calls.tool_call.get()
     if stale is not None and stale.state == "pending":
         stale.commit(None)  # its after hook never ran (CrewAI raised between the two)
     calls.tool_call.set(None)
+    calls.tool_rejection.set(None)
     # Raising here makes CrewAI block the tool; _after_tool, which CrewAI still runs, stops the crew.
-    calls.tool_call.set(calls.begin("tool", tc.tool_name))
+    try:
+        call = calls.begin("tool", tc.tool_name, arguments=dict(tc.tool_input))
+    except ToolCallRejected as rejected:  # on_reject="message": blocked, answered in _after_tool
+        calls.tool_rejection.set(f"Tool call rejected: {rejected.message}")
+        return False
+    edited = calls.edited_arguments(call)
+    if edited is not None:  # an approver changed them: CrewAI runs the tool with this very dict
+        tc.tool_input.clear()
+        tc.tool_input.update(edited)
+    calls.tool_call.set(call)
+    return None
 
 
-def _after_tool(tc: ToolCallHookContext) -> None:
+def _after_tool(tc: ToolCallHookContext) -> str | None:
     call = calls.tool_call.get()
     calls.tool_call.set(None)
+    rejection = calls.tool_rejection.get()
+    if rejection is not None:
+        calls.tool_rejection.set(None)
+        return rejection  # the agent reads why instead of CrewAI's "blocked by hook"
     if call is not None and call.state == "pending":
         call.commit(tc.tool_result)
     calls.raise_if_halted()
+    return None
 
 
 def _before_task(step: Any) -> None:
