@@ -15,15 +15,20 @@ and runs the SDK's retry loop. So:
   from there, unlike from their HTTP transport, whose errors anthropic wraps and retries);
 - ``Stream.close``/``AsyncStream.close`` and the helper streams' ``close``: settle on close;
 - ``parse()`` of the raw-response wrappers: hand over the stream or response inside.
+
+The one change made to a request: when a policy chose a fallback model for the step
+(``DowngradeAt``: ``node.fallback_model``), the body is sent with that ``model`` instead (a copy of
+the request options; the caller's dict is untouched) and the step records ``downgraded``.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from . import _provider_streams as streams
@@ -63,6 +68,27 @@ def _route(call: ProviderCall, endpoint: Endpoint, result: Any, stream: bool, sd
     return None
 
 
+def downgrade(call: ProviderCall, options: Any) -> Any:
+    """``options`` with the body's ``model`` swapped for the step's fallback, when it has one."""
+    node = call.node
+    fallback = node.fallback_model
+    body = getattr(options, "json_data", None)
+    if fallback is None or not isinstance(body, Mapping):
+        return options
+    requested = body.get("model")
+    if requested != fallback:
+        update = {"json_data": {**body, "model": fallback}}
+        copier = getattr(options, "model_copy", None)  # FinalRequestOptions is a pydantic model
+        if callable(copier):
+            options = copier(update=update)
+        else:  # pragma: no cover - pydantic v1 builds of the SDK
+            options = copy.copy(options)
+            options.json_data = update["json_data"]
+        call.plan.model = fallback  # a response that names no model is priced as the fallback
+    node.downgraded(requested if isinstance(requested, str) else None)
+    return options
+
+
 def load(module: Any, *names: str) -> None:
     """Import the SDK's private modules that hold patched classes (absent in some versions)."""
     for name in names:
@@ -98,7 +124,8 @@ def _sync_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
                 return original(self, cast_to, options, *args, **kwargs)
             plan, endpoint = planned
             call = begin(ctx, plan)  # ExecutionHalted here: nothing was sent
-            call.record_request(getattr(options, "json_data", None))  # a no-op unless bodies are kept
+            options = downgrade(call, options)
+            call.record_request(getattr(options, "json_data", None))  # as sent (after a downgrade); a no-op unless bodies are kept
             token = active.set(call)
             try:
                 result = original(self, cast_to, options, *args, **kwargs)
@@ -128,6 +155,7 @@ def _async_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
                 return await original(self, cast_to, options, *args, **kwargs)
             plan, endpoint = planned
             call = begin(ctx, plan)
+            options = downgrade(call, options)
             call.record_request(getattr(options, "json_data", None))
             token = active.set(call)
             try:

@@ -8,8 +8,9 @@ through ``.with_raw_response``/``.with_streaming_response`` — is admitted befo
 its worst case reserved (estimated prompt tokens plus ``max_completion_tokens``/``max_tokens``/
 ``max_output_tokens``, or the configured default, times ``n``), and settled with the usage the
 API reported. The SDK's retries each draw one retry from ``max_retries_total``. Requests are
-never changed: no ``stream_options`` is added, so a stream that reports no usage is settled with
-an estimate from its text. How the SDK is hooked: :mod:`._provider_stainless`. Tested with
+not changed (no ``stream_options`` is added, so a stream that reports no usage is settled with an
+estimate from its text), except that a step a policy moved to a fallback model (``DowngradeAt``)
+is sent with that ``model``. How the SDK is hooked: :mod:`._provider_stainless`. Tested with
 openai 2.x and 3.x.
 """
 

@@ -146,7 +146,12 @@ class Verdicts:
     def _downgraded(self, node: CallNode, requested: str | None) -> None:
         node._downgraded = True
         original = requested or node.model
-        node.model = node.fallback_model
+        fallback = node.fallback_model
+        node.model = fallback  # priced, and traced, as the model actually called
+        for event in self.get_events():  # said once per switch, not per call: calls show it in node.model
+            if event.kind == "downgraded" and event.data.get("from_model") == original:
+                if event.data.get("to_model") == fallback:
+                    return
         self.add_event(
             "downgraded",
             f"{node.name}: {original} -> {node.fallback_model}",
