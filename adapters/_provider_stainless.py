@@ -125,7 +125,7 @@ def _sync_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
             plan, endpoint = planned
             call = begin(ctx, plan)  # ExecutionHalted here: nothing was sent
             options = downgrade(call, options)
-            call.record_request(getattr(options, "json_data", None))  # as sent (after a downgrade); a no-op unless bodies are kept
+            call.record_request(getattr(options, "json_data", None))  # as sent; no-op unless bodies are kept
             token = active.set(call)
             try:
                 result = original(self, cast_to, options, *args, **kwargs)
