@@ -154,3 +154,37 @@ print(json.dumps([work(), work()]))
     assert json.loads(done.stdout) == ["step_limit", "step_limit"]
     assert done.stderr.count("OpenTelemetry context_started failed") == 1
     assert "Traceback" in done.stderr  # the one warning says what went wrong
+
+
+def test_under_fastapis_own_telemetry_its_span_is_the_parent() -> None:
+    code = (
+        WORK
+        + SDK
+        + """
+import asyncio
+import httpx
+from fastapi import FastAPI
+from veronica_mw import VeronicaASGIMiddleware, get_current_execution_context
+
+app = FastAPI()  # no OTel middleware: FastAPI's native telemetry opens the server span
+
+@app.get("/chat")
+def chat():
+    get_current_execution_context().call_llm(lambda: "ok", options=WrapOptions(model="gpt-4o"))
+    return {}
+
+limits = ExecutionConfig(max_cost_usd=1, max_steps=5, max_retries_total=0)
+app.add_middleware(VeronicaASGIMiddleware, config=limits)
+
+async def main():
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        assert (await client.get("/chat")).status_code == 200
+
+asyncio.run(main())
+spans = {s.context.span_id: s for s in exporter.get_finished_spans()}
+chat = next(s for s in spans.values() if s.name == "chat gpt-4o")
+parent = spans[chat.parent.span_id]
+print(json.dumps([parent.instrumentation_scope.name, parent.context.trace_id == chat.context.trace_id]))
+"""
+    )
+    assert run(code) == ["fastapi", True]
