@@ -4,10 +4,12 @@
    kernel does around each call), in-process backend vs Redis on 127.0.0.1, from 1 and from 4
    processes (4 processes: the sum of all four; with the in-process backend each process has its own
    pool, with Redis they share one tenant bucket).
-2. ``fastapi_requests_per_s``: a FastAPI endpoint making one (instant) model call, served by one
-   uvicorn worker and driven over 32 keep-alive sockets by a minimal asyncio HTTP client: bare app, middleware
-   without a pool, middleware + in-process pool, middleware + Redis pool. The client runs on the same
-   machine, so absolute figures are a floor; the ratios are what to read.
+2. ``fastapi_requests_per_s``: an async FastAPI endpoint making two (instant) model calls, served by
+   one uvicorn worker and driven over 32 keep-alive sockets by a minimal asyncio HTTP client: bare
+   app, middleware without a pool, middleware + in-process pool, middleware + Redis pool, and
+   middleware + Redis pool with a lease (``lease_usd``, where the installed veronica-mw has it).
+   The client runs on the same machine, so absolute figures are a floor; the ratios are what to
+   read: ``redis_pool_vs_local_pool`` (target >= 0.7) and ``redis_pool_lease_vs_local_pool``.
 
 Without ``--redis-url`` a private ``redis-server`` is started on a free port (the binary must exist).
 """
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import inspect
 import json
 import multiprocessing
 import os
@@ -26,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -81,13 +86,29 @@ def make_app() -> Any:
     from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
     mode = os.environ["BENCH_MODE"]
-    app = FastAPI()
+    windows: list[float] = []  # BENCH_PROBE: the worst loop oversleep of each 0.25 s window
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        task = asyncio.ensure_future(_probe(windows)) if os.environ.get("BENCH_PROBE") else None
+        yield
+        if task is not None:
+            task.cancel()
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.get("/lag")
+    async def lag() -> list[float]:
+        taken = list(windows)
+        windows.clear()
+        return taken
     options = WrapOptions(cost_estimate_hint=0.001, cost_fn=lambda r: 0.001)
 
     @app.get("/chat")
     async def chat() -> dict[str, str]:
         ctx = get_current_execution_context()
         if ctx is not None:
+            await ctx.acall_llm(lambda: "ok", options=options)
             await ctx.acall_llm(lambda: "ok", options=options)
         return {"reply": "ok"}
 
@@ -96,15 +117,30 @@ def make_app() -> Any:
     config = ExecutionConfig(max_cost_usd=1.0, max_steps=10, max_retries_total=0)
     pool = None
     if mode != "middleware":
-        url = os.environ.get("BENCH_REDIS_URL") if mode == "redis_pool" else None
+        url = os.environ.get("BENCH_REDIS_URL") if mode.startswith("redis_pool") else None
+        lease: dict[str, float] = {"lease_usd": 0.5} if mode == "redis_pool_lease" else {}
         pool = BudgetPool(
             1e6,
             window_s="day",
             key_func=lambda scope: "bench-tenant",
             backend=RedisBudgetBackend(url) if url else None,
             name="benchweb",
+            **lease,  # type: ignore[arg-type]
         )
     return VeronicaASGIMiddleware(app, config=config, budget_pool=pool)
+
+
+async def _probe(windows: list[float], window_s: float = 0.25) -> None:
+    """Sleep 5 ms in a loop; record how late the loop woke us, worst per window (seconds)."""
+    worst, window_end = 0.0, time.perf_counter() + window_s
+    while True:
+        start = time.perf_counter()
+        await asyncio.sleep(0.005)
+        now = time.perf_counter()
+        worst = max(worst, now - start - 0.005)
+        if now >= window_end:
+            windows.append(worst)
+            worst, window_end = 0.0, now + window_s
 
 
 def _free_port() -> int:
@@ -147,10 +183,12 @@ async def _drive(url: str, seconds: float, concurrency: int) -> int:
 class Server:
     """One single-worker uvicorn process serving :func:`make_app` in ``mode``."""
 
-    def __init__(self, mode: str, redis_url: str) -> None:
+    def __init__(self, mode: str, redis_url: str, probe: bool = False) -> None:
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         env = {**os.environ, "BENCH_MODE": mode, "BENCH_REDIS_URL": redis_url}
+        if probe:
+            env["BENCH_PROBE"] = "1"
         args = [
             sys.executable,
             "-m",
@@ -222,6 +260,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short runs (smoke test)")
     parser.add_argument("--redis-url", default=None)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is kept")
+    parser.add_argument("--http-only", action="store_true", help="skip the round-trips figures")
     opts = parser.parse_args()
     seconds = 0.5 if opts.quick else 2.0
     rounds = 1 if opts.quick else opts.rounds
@@ -232,16 +271,21 @@ def main() -> None:
         redis_url = opts.redis_url
         if redis_url is None:
             redis_proc, redis_url = _start_redis(tmp)
-        servers = {
-            mode: Server(mode, redis_url) for mode in ("bare", "middleware", "local_pool", "redis_pool")
-        }
+        modes = ["bare", "middleware", "local_pool", "redis_pool"]
+        if "lease_usd" in inspect.signature(BudgetPool).parameters:
+            modes.append("redis_pool_lease")
+        servers = {mode: Server(mode, redis_url) for mode in modes}
         try:
             for _ in range(rounds):  # interleaved, best of: background load hits every figure alike
                 for name, url, procs in (
-                    ("in_process", None, 1),
-                    ("in_process", None, 4),
-                    ("redis", redis_url, 1),
-                    ("redis", redis_url, 4),
+                    ()
+                    if opts.http_only
+                    else (
+                        ("in_process", None, 1),
+                        ("in_process", None, 4),
+                        ("redis", redis_url, 1),
+                        ("redis", redis_url, 4),
+                    )
                 ):
                     key = f"{name}_{procs}_proc{'s' if procs > 1 else ''}"
                     trips[key] = max(trips.get(key, 0.0), round_trips(url, procs, seconds))
@@ -253,7 +297,7 @@ def main() -> None:
             if redis_proc is not None:
                 redis_proc.terminate()
                 redis_proc.wait(10)
-    result = {
+    result: dict[str, Any] = {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "seconds_per_figure": seconds,
@@ -261,7 +305,10 @@ def main() -> None:
         "round_trips_per_s": {k: round(v) for k, v in trips.items()},
         "fastapi_requests_per_s": {k: round(v) for k, v in rps.items()},
         "redis_pool_vs_no_pool": round(rps["redis_pool"] / rps["middleware"], 3),
+        "redis_pool_vs_local_pool": round(rps["redis_pool"] / rps["local_pool"], 3),
     }
+    if "redis_pool_lease" in rps:
+        result["redis_pool_lease_vs_local_pool"] = round(rps["redis_pool_lease"] / rps["local_pool"], 3)
     print(json.dumps(result, indent=2))
 
 

@@ -129,6 +129,33 @@ def memory_after(calls: int) -> dict[str, float]:
     }
 
 
+def one_context_after(calls: int) -> dict[str, float]:
+    """Everything one context retains after ``calls`` wrapped calls (its graph ring, aggregates...)."""
+    config = big_config()
+
+    def stub() -> None:
+        return None
+
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    ctx = ExecutionContext(config, divergence_threshold=0)
+    wrap = ctx.wrap_llm_call
+    for _ in range(calls):
+        wrap(stub)
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del ctx
+    retained = after - before
+    return {
+        "calls": calls,
+        "retained_mib": round(retained / 2**20, 3),
+        "bytes_per_ring_node": round(retained / min(calls, 10_000)),
+        "target_mib": 2.0,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
@@ -149,6 +176,7 @@ def main() -> None:
             "context_create_enter_exit_timeout": per_op_us(bench_lifecycle(30_000), n // 4),
         },
         "memory": memory_after(100_000 if args.quick else 1_000_000),
+        "memory_one_context": one_context_after(200_000),
     }
     json.dump(results, sys.stdout, indent=2)
     print()

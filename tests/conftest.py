@@ -3,10 +3,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from veronica_mw import Observer, add_observer, remove_observer
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -38,3 +40,16 @@ def run_example() -> Callable[[str], str]:
         return done.stdout
 
     return run
+
+
+@pytest.fixture
+def watched_deadlines() -> Iterator[None]:
+    """A global observer for the test: then every armed context's deadline is in the shared
+    timeout pool (otherwise only a cancellation-token holder needs it fired, and calls check the
+    deadline themselves), so counting the pool's timers counts the armed, not yet ended, contexts."""
+    observer = Observer()
+    add_observer(observer)
+    try:
+        yield
+    finally:
+        remove_observer(observer)

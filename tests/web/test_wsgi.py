@@ -171,7 +171,7 @@ def test_stream_with_context_sees_the_same_live_context_on_every_chunk() -> None
     assert get_current_execution_context() is None
 
 
-def test_context_is_ended_only_after_the_body_is_exhausted_and_closed() -> None:
+def test_context_is_ended_only_after_the_body_is_exhausted_and_closed(watched_deadlines: None) -> None:
     config = ExecutionConfig(max_cost_usd=1.0, max_steps=10, max_retries_total=0, timeout_ms=60_000)
     app, seen = make_flask()
     wrapped = VeronicaWSGIMiddleware(app.wsgi_app, config=config)
@@ -277,7 +277,9 @@ def test_app_iterable_close_is_called_exactly_once_on_every_path() -> None:
         assert get_current_execution_context() is None
 
 
-def test_closing_before_iterating_still_closes_the_app_iterable_and_ends_the_context() -> None:
+def test_closing_before_iterating_still_closes_the_app_iterable_and_ends_the_context(
+    watched_deadlines: None,
+) -> None:
     config = ExecutionConfig(max_cost_usd=1.0, max_steps=10, max_retries_total=0, timeout_ms=60_000)
     body = CountingIterable([b"a"])
     before = timers()
@@ -352,7 +354,9 @@ def test_legacy_write_callable_goes_through_with_the_headers() -> None:
 
     result = VeronicaWSGIMiddleware(app, config=ROOMY)(environ_for("/"), start_response)
     body = b"".join(result)
-    result.close()  # type: ignore[attr-defined]
+    close = getattr(result, "close", None)  # as a server does (PEP 3333): a finished list has none
+    if close is not None:
+        close()
     assert (statuses, written, body) == (["200 OK"], [b"early "], b"late")
 
 
@@ -432,3 +436,57 @@ def test_observers_hear_a_wsgi_request_context_start_and_end() -> None:
     finally:
         remove_observer(listener)
     assert seen == ["started", "ended after 2 steps"]
+
+
+# -- a body the app has already built (a list) is decided and ended at once ------------------------
+
+
+def test_a_finished_list_body_ends_the_context_before_the_server_iterates() -> None:
+    events: list[str] = []
+
+    class Watch(Observer):
+        def context_ended(self, ctx: ExecutionContext) -> None:
+            events.append("ended")
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        llm_step()
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"a", b"b"]
+
+    statuses: list[str] = []
+
+    def start_response(status: str, headers: Any, exc_info: Any = None) -> Any:
+        statuses.append(status)
+        return lambda data: None
+
+    watch = Watch()
+    add_observer(watch)
+    try:
+        result = VeronicaWSGIMiddleware(app, config=ROOMY)(environ_for("/"), start_response)
+        assert events == ["ended"] and statuses == ["200 OK"]  # decided and ended already
+        assert b"".join(result) == b"ab" and get_current_execution_context() is None
+    finally:
+        remove_observer(watch)
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("500 Internal Server Error", "429 Too Many Requests"),
+        ("402 Payment Required", "402 Payment Required"),
+    ],
+)
+def test_a_finished_list_body_of_a_halted_request(status: str, expected: str) -> None:
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        ctx = get_current_execution_context()
+        assert ctx is not None
+        ctx.cancel("stop")
+        start_response(status, [("Content-Type", "text/plain")])
+        return [b"the app's own body"]
+
+    calls, body = call_direct(VeronicaWSGIMiddleware(app, config=ROOMY), environ_for("/"))
+    assert [c[0] for c in calls] == [expected]
+    if expected.startswith("429"):
+        assert json.loads(body)["reason"] == "cancelled"
+    else:
+        assert body == b"the app's own body"  # the app chose its answer to the halt: kept whole

@@ -58,7 +58,9 @@ def test_untouched_request_schedules_no_timer_but_environ_holds_the_real_context
     assert timers() == before
 
 
-def test_first_use_through_the_contextvar_or_the_token_arms_the_environ_context() -> None:
+def test_first_use_through_the_contextvar_or_the_token_arms_the_environ_context(
+    watched_deadlines: None,
+) -> None:
     seen: dict[str, Any] = {}
 
     def via_contextvar(environ: dict[str, Any], start_response: Any) -> Iterator[bytes]:
@@ -150,7 +152,9 @@ def django_urls() -> Iterator[None]:
         yield
 
 
-def test_django_middleware_arms_the_context_only_for_views_that_use_it(django_urls: None) -> None:
+def test_django_middleware_arms_the_context_only_for_views_that_use_it(
+    django_urls: None, watched_deadlines: None
+) -> None:
     before = timers()
     client = DjangoClient()
     static = client.get("/static")

@@ -1,7 +1,9 @@
 """The one-call forms of the kernel API: ``wrap_*`` (return a Decision), ``call_*`` (return the
 result or raise ExecutionHalted) and their coroutine versions. All of them are thin shells around
 ``_begin`` (``_abegin``) and one settle of the node, so sync and async paths cannot drift apart;
-the coroutine forms await a budget parent that has ``areserve``/``asettle``.
+the coroutine forms await a budget parent that has ``areserve``/``asettle``. A plain context (no
+policies, breaker, parent, checks or observers) runs them inline, without a node object per call
+(:mod:`veronica_mw.kernel._inline`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import observer as _obs
 from ._io import call_request, response_text
 from ._verdicts import ToolCall
 from .config import DEFAULT_OPTIONS, WrapOptions
@@ -21,6 +24,7 @@ if TYPE_CHECKING:
     from .graph import CallNode
 
 T = TypeVar("T")
+_NO_KWARGS: dict[str, Any] = {}  # never mutated: ``fn(**{})``
 
 
 class CallAPI:
@@ -30,6 +34,26 @@ class CallAPI:
 
     if TYPE_CHECKING:
         _aparent: Any
+        _plain: bool  # no pipeline, breaker, parent, checks or own observers: see _inline
+
+        def _inline(
+            self,
+            kind: str,
+            fn: Callable[..., Any],
+            args: Any,
+            kwargs: Any,
+            options: WrapOptions,
+            decision: bool,
+        ) -> Any: ...
+        async def _ainline(
+            self,
+            kind: str,
+            fn: Callable[..., Any],
+            args: Any,
+            kwargs: Any,
+            options: WrapOptions,
+            decision: bool,
+        ) -> Any: ...
 
         def _begin(
             self, kind: str, options: WrapOptions, key: Any, parent_id: int | None, inline: bool = False
@@ -50,16 +74,24 @@ class CallAPI:
 
     def wrap_llm_call(self, fn: Callable[[], Any], options: WrapOptions | None = None) -> Decision:
         """Run ``fn`` as one LLM step if every limit allows it; its result becomes the partial result."""
+        if self._plain and not _obs._global:
+            return self._inline("llm", fn, (), _NO_KWARGS, options or DEFAULT_OPTIONS, True)  # type: ignore[no-any-return]
         return self._wrap("llm", fn, options)
 
     def wrap_tool_call(self, fn: Callable[[], Any], options: WrapOptions | None = None) -> Decision:
+        if self._plain and not _obs._global:
+            return self._inline("tool", fn, (), _NO_KWARGS, options or DEFAULT_OPTIONS, True)  # type: ignore[no-any-return]
         return self._wrap("tool", fn, options)
 
     async def awrap_llm_call(self, fn: Callable[[], Any], options: WrapOptions | None = None) -> Decision:
         """Like :meth:`wrap_llm_call`; ``fn`` may be async or return an awaitable, which is awaited."""
+        if self._plain and not _obs._global:
+            return await self._ainline("llm", fn, (), _NO_KWARGS, options or DEFAULT_OPTIONS, True)  # type: ignore[no-any-return]
         return await self._awrap("llm", fn, options)
 
     async def awrap_tool_call(self, fn: Callable[[], Any], options: WrapOptions | None = None) -> Decision:
+        if self._plain and not _obs._global:
+            return await self._ainline("tool", fn, (), _NO_KWARGS, options or DEFAULT_OPTIONS, True)  # type: ignore[no-any-return]
         return await self._awrap("tool", fn, options)
 
     # -- result-returning forms --------------------------------------------------------------------
@@ -68,21 +100,29 @@ class CallAPI:
         self, fn: Callable[..., T], *args: Any, options: WrapOptions | None = None, **kwargs: Any
     ) -> T:
         """Return ``fn(*args, **kwargs)`` run as one LLM step; raise ExecutionHalted on HALT."""
+        if self._plain and not _obs._global:
+            return self._inline("llm", fn, args, kwargs, options or DEFAULT_OPTIONS, False)  # type: ignore[no-any-return]
         return self._call("llm", fn, args, kwargs, options)  # type: ignore[no-any-return]
 
     def call_tool(
         self, fn: Callable[..., T], *args: Any, options: WrapOptions | None = None, **kwargs: Any
     ) -> T:
+        if self._plain and not _obs._global:
+            return self._inline("tool", fn, args, kwargs, options or DEFAULT_OPTIONS, False)  # type: ignore[no-any-return]
         return self._call("tool", fn, args, kwargs, options)  # type: ignore[no-any-return]
 
     async def acall_llm(
         self, fn: Callable[..., Any], *args: Any, options: WrapOptions | None = None, **kwargs: Any
     ) -> Any:
+        if self._plain and not _obs._global:
+            return await self._ainline("llm", fn, args, kwargs, options or DEFAULT_OPTIONS, False)
         return await self._acall("llm", fn, args, kwargs, options)
 
     async def acall_tool(
         self, fn: Callable[..., Any], *args: Any, options: WrapOptions | None = None, **kwargs: Any
     ) -> Any:
+        if self._plain and not _obs._global:
+            return await self._ainline("tool", fn, args, kwargs, options or DEFAULT_OPTIONS, False)
         return await self._acall("tool", fn, args, kwargs, options)
 
     # -- shared shells -----------------------------------------------------------------------------

@@ -9,11 +9,11 @@ import time
 from collections import deque
 from contextvars import Token
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _nesting
 from . import observer as _obs
-from .context import PendingContext, current_context, enclosing_context
+from .context import current_context, enclosing_context
 from .timeout_pool import SharedTimeoutPool, TimeoutHandle
 
 if TYPE_CHECKING:
@@ -35,7 +35,9 @@ class Lifecycle:
         config: ExecutionConfig
         _lock: threading.Lock
         _lineage: tuple[ExecutionContext, ...]
-        _var_tokens: list[Token[ExecutionContext | PendingContext | None]] | None
+        _var_tokens: Token[Any] | list[Token[Any]] | None
+        _token: Any
+        _reason: str | None
         _armed: bool
         _ended: bool
         _started: float
@@ -54,23 +56,34 @@ class Lifecycle:
     def __enter__(self: _C) -> _C:
         if not self._lineage and _current() is not None:
             self._adopt()
-        self.arm()
+        if not self._armed:
+            self.arm()
         token = current_context.set(self)  # type: ignore[arg-type]  # always an ExecutionContext
-        if self._var_tokens is None:
-            self._var_tokens = [token]
+        tokens = self._var_tokens
+        if tokens is None:  # entered once (the common case): the token itself, no list
+            self._var_tokens = token
+        elif type(tokens) is list:
+            tokens.append(token)
         else:
-            self._var_tokens.append(token)
+            self._var_tokens = [tokens, token]  # type: ignore[list-item]
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         tokens = self._var_tokens
-        if not tokens:
+        if type(tokens) is list:
+            if not tokens:
+                raise RuntimeError("ExecutionContext exited more often than it was entered")
+            current_context.reset(tokens.pop())
+            if tokens:
+                return
+        elif tokens is None:
             raise RuntimeError("ExecutionContext exited more often than it was entered")
-        current_context.reset(tokens.pop())
-        if not tokens:
-            self.disarm()
+        else:
+            current_context.reset(tokens)  # type: ignore[arg-type]
+        self._var_tokens = None
+        self.disarm()
 
     def _adopt(self) -> None:
         """Entered with no parent: nest in the current context, if this one has made no call yet."""
@@ -89,22 +102,41 @@ class Lifecycle:
 
     def arm(self: _C, started: float | None = None) -> _C:
         """Start the clock (once): the deadline counts from ``started`` (a ``time.monotonic()``
-        value, default now) and the shared timeout pool fires it. ``with`` does this on entry;
-        middlewares that build a context lazily pass the request's start time."""
+        value, default now); the shared timeout pool fires it when someone waits for it (a
+        cancellation-token holder, an observer), every call and state read checks it anyway.
+        ``with`` does this on entry; middlewares that build a context lazily pass the request's
+        start time."""
         if self._armed:
             return self
-        with self._lock:  # two threads arming at once must not schedule two timers
+        lock = self._lock
+        lock.acquire()  # two threads arming at once must not schedule two timers
+        try:
             if self._armed:
                 return self
             self._armed = True
             self._started = time.monotonic() if started is None else started
             if self._deadline:
                 self._deadline = self._started + self.config.timeout_ms / 1000.0
-                pool = self._pool or SharedTimeoutPool.default()
-                self._timer = pool.schedule(self._deadline, self._on_deadline)
+                # Every call and every state read checks the deadline itself; the pool only has
+                # to fire it for someone waiting elsewhere: a token holder or an observer.
+                if self._token is not None or self._observers or _obs._global:
+                    self._schedule_locked()
+        finally:
+            lock.release()
         if _obs._global or self._observers:
             _obs.notify(self._observers, "context_started", self)
         return self
+
+    def _schedule_locked(self) -> None:
+        pool = self._pool or SharedTimeoutPool.default()
+        self._timer = pool.schedule(self._deadline, self._on_deadline)
+
+    def _expired(self) -> bool:
+        """Halt for the deadline if the clock runs (armed), it has passed and nothing fired it yet
+        (what the pool's timer would have done); whether halted."""
+        if self._reason is None and self._armed and self._deadline and time.monotonic() >= self._deadline:
+            self._on_deadline()
+        return self._reason is not None
 
     def disarm(self) -> None:
         """Remove the pending deadline from the timeout pool (the context left its scope). New

@@ -43,6 +43,7 @@ def bind(ctx: ExecutionContext, parent: ExecutionContext) -> None:
     """Make ``ctx`` a child of ``parent``: its lineage, and what it inherits (the nearest breaker,
     timeout pool and output checks, every budget parent above, the observers, ``on_warn``)."""
     ctx._up = parent
+    ctx._plain = False  # its calls count in every ancestor: never the inline path (see _inline)
     ctx._lineage = (ctx, *(parent._lineage if parent._up is not None else (parent,)))
     ctx._down = ctx._lineage[::-1]  # root first: the order every thread takes the locks in
     if ctx._breaker is None:  # the nearest breaker guards the upstream the child calls

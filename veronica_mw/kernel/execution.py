@@ -30,6 +30,7 @@ from . import observer as _obs
 from ._async_ledger import AsyncLedger
 from ._calls import CallAPI
 from ._control import OutputVerifier, build_verifier
+from ._inline import InlineCalls
 from ._ledger import Ledger
 from ._lifecycle import Lifecycle
 from ._soft_limits import EPSILON as _EPSILON
@@ -40,7 +41,7 @@ from ._verdicts import Verdicts
 from .cancellation import CancellationToken
 from .circuit_breaker import CircuitBreaker
 from .config import DEFAULT_OPTIONS, ExecutionConfig, WrapOptions
-from .context import PendingContext, current_context, enclosing_context
+from .context import current_context, enclosing_context
 from .exceptions import ExecutionHalted
 from .graph import CallNode, ExecutionGraph
 from .parent import AsyncBudgetParent, BudgetParent
@@ -75,9 +76,10 @@ _CURRENT = _Parent.CURRENT  # a module global: faster to test than the enum attr
 
 
 _current = current_context.get
+_Token = Token[Any]  # of current_context
 
 
-class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, CallAPI, Family):
+class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, InlineCalls, CallAPI, Family):
     """One agent run, request or session: every call through it is checked against its limits.
 
     Usable as ``with``/``async with`` (sets the current context and arms the timeout) or handed
@@ -102,49 +104,57 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, CallAPI, Family
         "_chain_prefix",
         "_chain_no",
         "_reason",
-        "_detail",
-        "_pipeline",
-        "_breaker",
-        "_parent",
-        "_aparent",
+        "_plain",
+        "_name",
         "_lock",
-        "_token",
         "_graph",
-        "_graph_args",
-        "_halt_on_divergence",
         "_steps",
         "_committed",
         "_reserved",
-        "_retries",
         "_in_flight",
         "_partial",
-        "_retry_after",
-        "_http_status",
-        "_events",
-        "_open_keys",
-        "_pool",
-        "_timer",
         "_var_tokens",
         "_armed",
         "_started",
         "_deadline",
         "_observers",
-        "attributes",
-        "_ended",
-        "_verifier",
-        "_up",
-        "_lineage",
         "_down",
         "_budgets",
-        "_children",
-        "_name",
-        "_on_warn",
         "_cost_gate",
         "_step_gate",
         "_warn_retries",
-        "_warned",
         "__weakref__",
+        "__dict__",  # the rarely set state below: its class-level default until first written
     )
+
+    # Defaults of state most contexts never change: not stored per context at construction (an
+    # instance dict appears only when one is written: a halt, a token, an event, a keyed call, a
+    # parent...). Construction is on every request's path.
+    _detail: str = ""
+    _pipeline: PolicyPipeline | None = None
+    _breaker: CircuitBreaker | None = None
+    _parent: BudgetParent | None = None
+    _aparent: AsyncBudgetParent | None = None
+    _token: CancellationToken | None = None
+    _graph_args: tuple[int, int] = (10_000, 25)
+    _halt_on_divergence: bool = False
+    _retries: int = 0
+    _retry_after: float | None = None
+    _http_status: int = 429
+    _events: deque[ExecutionEvent] | None = None
+    _open_keys: dict[Hashable, CallNode] | None = None
+    _pool: SharedTimeoutPool | None = None
+    _timer: TimeoutHandle | None = None
+    attributes: Mapping[str, str] = _NO_ATTRIBUTES
+    _ended: bool = False  # observers were told it ended (disarm)
+    _verifier: OutputVerifier | None = None
+    _up: ExecutionContext | None = None
+    # (): no parent yet (the first ``with`` may still nest it); (self,): a root for good;
+    # (self, parent, ..., root): nested.
+    _lineage: tuple[ExecutionContext, ...] = ()
+    _children: deque[ExecutionContext] | None = None
+    _on_warn: Callable[[ExecutionEvent], Any] | None = None
+    _warned: list[tuple[str, float]] | None = None
 
     def __init__(
         self,
@@ -171,62 +181,58 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, CallAPI, Family
             raise TypeError(f"pipeline must be a PolicyPipeline, got {type(pipeline).__name__}")
         if circuit_breaker is not None and not callable(getattr(circuit_breaker, "check", None)):
             raise TypeError("circuit_breaker must have check()/record_success()/record_failure()")
-        self._observers: tuple[_obs.Observer, ...] = tuple(observers)
-        for observer in self._observers:
-            if not isinstance(observer, _obs.Observer):
-                raise TypeError(f"observers must be veronica_mw.Observer instances, got {observer!r}")
+        self._observers: tuple[_obs.Observer, ...] = ()
+        if observers:
+            self._observers = tuple(observers)
+            for observer in self._observers:
+                if not isinstance(observer, _obs.Observer):
+                    raise TypeError(f"observers must be veronica_mw.Observer instances, got {observer!r}")
         if audit is not None:
             # The audit log is an observer like any other: the kernel knows nothing of files.
             if not isinstance(audit, _obs.Observer):
                 raise TypeError(f"audit must be a veronica_mw.AuditLog (an Observer), got {audit!r}")
             if audit not in self._observers:
                 self._observers = (*self._observers, audit)
-        if attributes is None:
-            self.attributes: Mapping[str, str] = _NO_ATTRIBUTES
-        elif isinstance(attributes, Mapping):
+        if attributes is not None:
+            if not isinstance(attributes, Mapping):
+                raise TypeError(f"attributes must be a mapping, got {type(attributes).__name__}")
             self.attributes = MappingProxyType(dict(attributes))
-        else:
-            raise TypeError(f"attributes must be a mapping, got {type(attributes).__name__}")
-        self._ended = False
-        self._verifier = build_verifier(checks) if checks else None
+        if checks:
+            self._verifier = build_verifier(checks)
         self.config = config
         # The id is formatted on demand; the token is made on demand (most contexts never need one).
         self._chain_prefix = _chain_prefix
         self._chain_no = next(_chain_counter)
         self._reason: str | None = None
-        self._detail = ""
-        self._pipeline = pipeline if pipeline else None
-        self._breaker = circuit_breaker
-        self._parent = budget_parent
-        # The coroutine API awaits a parent that can answer without blocking (a Redis tenant pool).
-        self._aparent: AsyncBudgetParent | None = (
-            budget_parent  # type: ignore[assignment]  # checked right here
-            if budget_parent is not None
-            and callable(getattr(budget_parent, "areserve", None))
-            and callable(getattr(budget_parent, "asettle", None))
-            else None
-        )
+        if pipeline:
+            self._pipeline = pipeline
+        if circuit_breaker is not None:
+            self._breaker = circuit_breaker
+        if budget_parent is not None:
+            self._parent = budget_parent
+            # The coroutine API awaits a parent that can answer without blocking (a Redis pool).
+            if callable(getattr(budget_parent, "areserve", None)) and callable(
+                getattr(budget_parent, "asettle", None)
+            ):
+                self._aparent = budget_parent  # type: ignore[assignment]  # checked right here
         self._lock = threading.Lock()
-        self._token: CancellationToken | None = None
         if graph_capacity < 1:
             raise ValueError("graph_capacity must be >= 1")
         # The graph, event log and key index are built on first use: many requests make no call.
         self._graph: ExecutionGraph | None = None
-        self._graph_args = (graph_capacity, divergence_threshold)
-        self._halt_on_divergence = halt_on_divergence
+        if graph_capacity != 10_000 or divergence_threshold != 25:
+            self._graph_args = (graph_capacity, divergence_threshold)
+        if halt_on_divergence:
+            self._halt_on_divergence = True
         self._steps = 0
         self._committed = 0.0
         self._reserved = 0.0
-        self._retries = 0
         self._in_flight = 0
         self._partial: Any = None
-        self._retry_after: float | None = None
-        self._http_status = 429
-        self._events: deque[ExecutionEvent] | None = None
-        self._open_keys: dict[Hashable, CallNode] | None = None
-        self._pool = timeout_pool
-        self._timer: TimeoutHandle | None = None
-        self._var_tokens: list[Token[ExecutionContext | PendingContext | None]] | None = None
+        if timeout_pool is not None:
+            self._pool = timeout_pool
+        # The ContextVar token of each ``with`` (a list only while entered more than once).
+        self._var_tokens: _Token | list[_Token] | None = None
         self._armed = False
         self._started = time.monotonic()
         self._deadline = self._started + config.timeout_ms / 1000.0 if config.timeout_ms else 0.0
@@ -234,20 +240,20 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, CallAPI, Family
             raise TypeError(f"name must be a str, got {type(name).__name__}")
         if on_warn is not None and not callable(on_warn):
             raise TypeError("on_warn must be callable (event) -> None")
-        self._name = name
-        self._on_warn = on_warn
-        self._warned: list[tuple[str, float]] | None = None
+        self._name = name  # a slot: request contexts are named (their path)
+        if on_warn is not None:
+            self._on_warn = on_warn
         if config.warn_at:
             self._cost_gate, self._step_gate, self._warn_retries = first_gates(config)
         else:  # inlined: the gates are just the limits
             self._cost_gate = config.max_cost_usd + _EPSILON
             self._step_gate = config.max_steps
             self._warn_retries = _INF
-        self._children: deque[ExecutionContext] | None = None
-        self._up: ExecutionContext | None = None
-        # (): no parent yet (the first ``with`` may still nest it); (self,): a root for good;
-        # (self, parent, ..., root): nested.
-        self._lineage: tuple[ExecutionContext, ...] = ()
+        # Nothing outside the kernel sees a call's node: the call forms run inline (see _inline).
+        # Nesting (below, or at the first ``with``) makes a context non-plain (_nesting.bind).
+        self._plain = not (
+            pipeline or circuit_breaker is not None or budget_parent is not None or self._observers or checks
+        )
         if parent is _CURRENT:
             if _current() is not None:
                 enclosing = enclosing_context()
@@ -272,12 +278,15 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, CallAPI, Family
         """True once this context halted, or an ancestor did (which halts this one too)."""
         if self._reason is not None:
             return True
-        return self._up is not None and _nesting.halted_above(self)
+        if self._up is not None and _nesting.halted_above(self):
+            return True
+        return bool(self._deadline) and self._armed and self._expired()
 
     @property
     def abort_reason(self) -> str | None:
         if self._reason is None and self._up is not None:
             _nesting.halted_above(self)
+        self._expired()
         return self._reason
 
     @property
@@ -292,6 +301,8 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, CallAPI, Family
             with self._lock:
                 if self._token is None:
                     self._token = CancellationToken()
+                    if self._armed and self._deadline and self._timer is None and not self._ended:
+                        self._schedule_locked()  # the deadline must now fire for the holder
                 token = self._token
             token.add_callback(lambda: self._abort(HaltReason.CANCELLED, token.detail))
             if self._reason is not None:  # halted before anyone asked for the token
@@ -311,7 +322,9 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, CallAPI, Family
 
     def _graph_locked(self) -> ExecutionGraph:
         if self._graph is None:
-            self._graph = ExecutionGraph(*self._graph_args)
+            graph = ExecutionGraph(*self._graph_args)
+            graph._owner = self
+            self._graph = graph
         return self._graph
 
     def get_partial_result(self) -> Any:
@@ -321,6 +334,7 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, CallAPI, Family
         return list(self._events or ())
 
     def get_snapshot(self) -> ExecutionSnapshot:
+        self._expired()
         reason, detail, retry_after, status = self._reason, self._detail, self._retry_after, self._http_status
         if reason is None and self._up is not None:
             # A view: an ancestor's halt shows (this context halts at its next call or check), but

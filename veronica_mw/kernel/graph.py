@@ -1,14 +1,14 @@
 """Call graph of a context: one node per LLM/tool call, with bounded memory.
 
-The most recent ``capacity`` nodes are kept in a ring buffer; older ones only survive in the
-per-(kind, status) aggregates, so a context making a million calls holds at most ``capacity``
-node objects. Mutated only under the owning context's lock.
+The most recent ``capacity`` calls are kept in a ring buffer of compact records; older ones only
+survive in the per-(kind, status) aggregates, so a context making a million calls holds at most
+``capacity`` records. Mutated only under the owning context's lock.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -223,15 +223,38 @@ class Aggregate:
     tokens_out: int = 0
 
 
+# A finished call in the ring, without a node object: (kind, name, parent_id, cost_usd, tokens_in,
+# tokens_out, status, model, reserved_usd, extra) -- extra is None or (key, inline, response_model,
+# checks); node id, step and times live unboxed in the graph's arrays. A settled node that carries
+# more than that (bodies, a fallback model, edited arguments) stays in the ring as the object itself.
+_Record = tuple[Any, ...]
+
+
 class ExecutionGraph:
+    """The most recent ``capacity`` calls of a context, and per-(kind, status) totals of all.
+
+    Calls are stored in a ring of compact records (a tuple of references plus node id, step and
+    start/end times in ``array`` columns), about 150 bytes a call instead of a node object's ~350:
+    the object of a running call, or of a settled one that carries bodies, a fallback model or
+    edited arguments, is kept as it is. :meth:`nodes` rebuilds node objects from the records.
+    """
+
     __slots__ = (
         "capacity",
-        "_nodes",
+        "_ids",
+        "_steps",
+        "_t0",
+        "_t1",
+        "_recs",
         "_aggregates",
+        "_ok",
+        "_live",
+        "_owner",
         "_next_id",
         "total_nodes",
         "divergence_threshold",
-        "_last_signature",
+        "_last_kind",
+        "_last_name",
         "_repeats",
     )
 
@@ -239,45 +262,141 @@ class ExecutionGraph:
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
         self.capacity = capacity
-        self._nodes: deque[CallNode] = deque(maxlen=capacity)
+        # Grown call by call up to ``capacity``, then overwritten in place (slot = (id - 1) % capacity).
+        self._ids = array("q")
+        self._steps = array("q")
+        self._t0 = array("d")
+        self._t1 = array("d")
+        self._recs: list[CallNode | _Record] = []
         self._aggregates: dict[tuple[str, str], Aggregate] = {}
+        self._ok: dict[str, Aggregate] = {}  # _aggregates[(kind, "ok")], by kind: the hot path's
+        # Running calls of the inline path that were given a node object (settled through it).
+        self._live: dict[int, CallNode] = {}
+        self._owner: ExecutionContext | None = None  # set by the context (its lock guards the ring)
         self._next_id = 0
         self.total_nodes = 0
         self.divergence_threshold = divergence_threshold
-        self._last_signature: tuple[str, str] | None = None
+        self._last_kind = ""
+        self._last_name = ""
         self._repeats = 0
+
+    def _place(self, node_id: int, step: int, started: float, rec: CallNode | _Record) -> None:
+        recs = self._recs
+        if len(recs) < self.capacity:
+            self._ids.append(node_id)
+            self._steps.append(step)
+            self._t0.append(started)
+            self._t1.append(0.0)
+            recs.append(rec)
+        else:
+            i = (node_id - 1) % self.capacity
+            self._ids[i] = node_id
+            self._steps[i] = step
+            self._t0[i] = started
+            self._t1[i] = 0.0
+            recs[i] = rec
+
+    def _repeat(self, kind: str, name: str) -> int:
+        if kind == self._last_kind and name == self._last_name:
+            self._repeats += 1
+        else:
+            self._last_kind, self._last_name, self._repeats = kind, name, 1
+        return self._repeats
 
     def add(self, kind: str, name: str, parent_id: int | None) -> tuple[CallNode, int]:
         """Append a running node; return it with how many times in a row its signature repeated."""
         self._next_id += 1
         node = CallNode(self._next_id, kind, name, parent_id)
-        self._nodes.append(node)
+        self._place(node.node_id, 0, node.started, node)
         self.total_nodes += 1
-        signature = (kind, name)
-        if signature == self._last_signature:
-            self._repeats += 1
+        return node, self._repeat(kind, name)
+
+    def open(
+        self, kind: str, name: str, parent_id: int | None, step: int, reserved: float, model: str | None
+    ) -> tuple[int, int]:
+        """Append a running call without a node object (the kernel's inline fast path): its id and
+        how many times in a row its signature repeated."""
+        node_id = self._next_id = self._next_id + 1
+        self._place(
+            node_id,
+            step,
+            time.monotonic(),
+            (kind, name, parent_id, 0.0, 0, 0, "running", model, reserved, None),
+        )
+        self.total_nodes += 1
+        return node_id, self._repeat(kind, name)
+
+    def close(self, node_id: int, kind: str, status: str, cost: float) -> None:
+        """Settle a call begun with :meth:`open` that no node object was made for."""
+        i = (node_id - 1) % self.capacity
+        if self._ids[i] == node_id:  # still in the ring
+            rec: Any = self._recs[i]  # a record: only the inline path opens and closes by id
+            self._recs[i] = (rec[0], rec[1], rec[2], cost, 0, 0, status, rec[7], rec[8], None)
+            self._t1[i] = time.monotonic()
+        agg = self._aggregates.get((kind, status))
+        if agg is None:
+            agg = self._aggregates[(kind, status)] = Aggregate()
+        agg.count += 1
+        agg.cost_usd += cost
+
+    def _ok_aggregate(self, kind: str) -> Aggregate:
+        agg = self._aggregates.get((kind, "ok"))
+        if agg is None:
+            agg = self._aggregates[(kind, "ok")] = Aggregate()
+        self._ok[kind] = agg
+        return agg
+
+    def promote(
+        self, node_id: int, kind: str, name: str, parent_id: int | None, step: int, options: WrapOptions
+    ) -> CallNode:
+        """The node object of a running call begun with :meth:`open` (it failed, or needs the full
+        settlement); from now on the ring holds the object. A call whose record has already left
+        the ring (more than ``capacity`` calls since it began) gets a fresh node outside it."""
+        node = self._live.get(node_id)
+        if node is not None:  # a layer below asked for it already (get)
+            return node
+        i = (node_id - 1) % self.capacity
+        if self._ids[i] == node_id:
+            node = self._recs[i] = self._build(i)
         else:
-            self._last_signature = signature
-            self._repeats = 1
-        return node, self._repeats
+            node = CallNode(node_id, kind, name, parent_id)
+            node.step, node.reserved_usd, node.model = step, options.cost_estimate_hint, options.model
+        self._live[node_id] = node
+        return node
 
     def get(self, node_id: int) -> CallNode | None:
         """The node with ``node_id`` while it is among the kept ones (None once it dropped out).
-        Safe without the context's lock: a node that moved meanwhile is simply not found."""
-        nodes = self._nodes
-        index = node_id - (self._next_id - len(nodes)) - 1
-        if 0 <= index < len(nodes):
-            try:
-                node = nodes[index]
-            except IndexError:
+
+        A running call of the inline path gets its node object now (so a layer below -- a
+        provider SDK's instrumentation -- can adopt it as its own step): it is settled through
+        that node from then on. A settled record is rebuilt (read it; do not keep it).
+        """
+        node = self._live.get(node_id)
+        if node is not None:
+            return node
+        i = (node_id - 1) % self.capacity
+        if i >= len(self._ids) or self._ids[i] != node_id:
+            return None
+        rec = self._recs[i]
+        if isinstance(rec, CallNode):
+            return rec
+        if rec[6] != "running" or self._owner is None:
+            return self._build(i)
+        with self._owner._lock:  # against the inline path settling it at this moment
+            if self._ids[i] != node_id:
                 return None
-            if node.node_id == node_id:
-                return node
-        return None
+            rec = self._recs[i]
+            if isinstance(rec, CallNode) or rec[6] != "running":
+                return self._build(i)
+            node = self._live[node_id] = self._recs[i] = self._build(i)
+        node._ctx = self._owner
+        return node
 
     def finish(self, node: CallNode, status: str) -> None:
         node.status = status
         node.ended = time.monotonic()
+        if self._live:
+            self._live.pop(node.node_id, None)
         agg = self._aggregates.get((node.kind, status))
         if agg is None:
             agg = self._aggregates[(node.kind, status)] = Aggregate()
@@ -285,10 +404,45 @@ class ExecutionGraph:
         agg.cost_usd += node.cost_usd
         agg.tokens_in += node.tokens_in
         agg.tokens_out += node.tokens_out
+        i = (node.node_id - 1) % self.capacity
+        if (
+            self._recs[i] is node
+            and node.io is None
+            and node.fallback_model is None
+            and node.edited_arguments is None
+        ):
+            # Settled: keep what it says, not the object (the caller may still hold that).
+            extra = None
+            if node.key is not None or node.inline or node.response_model is not None or node.checks:
+                extra = (node.key, node.inline, node.response_model, node.checks)
+            self._recs[i] = (
+                node.kind, node.name, node.parent_id, node.cost_usd, node.tokens_in, node.tokens_out,
+                status, node.model, node.reserved_usd, extra,
+            )  # fmt: skip
+            self._steps[i] = node.step
+            self._t0[i] = node.started
+            self._t1[i] = node.ended
+
+    def _build(self, i: int) -> CallNode:
+        rec = self._recs[i]
+        if isinstance(rec, CallNode):
+            return rec
+        node = CallNode(self._ids[i], rec[0], rec[1], rec[2])
+        node.cost_usd, node.tokens_in, node.tokens_out, node.status = rec[3], rec[4], rec[5], rec[6]
+        node.model, node.reserved_usd = rec[7], rec[8]
+        if rec[6] == "running":  # an inline call's record carries its options
+            node._options = rec[9]
+        elif rec[9] is not None:
+            node.key, node.inline, node.response_model, node.checks = rec[9]
+        node.step, node.started, node.ended = self._steps[i], self._t0[i], self._t1[i]
+        return node
 
     def nodes(self) -> list[CallNode]:
-        """The most recent nodes (at most ``capacity``), oldest first."""
-        return list(self._nodes)
+        """The most recent nodes (at most ``capacity``), oldest first. Settled ones are rebuilt
+        from their records: read them, do not keep them for identity."""
+        n = len(self._recs)
+        start = self.total_nodes % n if self.total_nodes > n else 0
+        return [self._build((start + k) % n) for k in range(n)]
 
     def aggregates(self) -> dict[tuple[str, str], Aggregate]:
         return {

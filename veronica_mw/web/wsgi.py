@@ -6,7 +6,9 @@
 The app's ``start_response`` is deferred until its first body chunk (or the end of an empty body), so
 a halt that happens before then -- including an ``ExecutionHalted`` that the framework turned into a
 500 -- can still become the shared 429 problem response without ``start_response`` being called
-twice. After the headers went out, a halt ends the body cleanly and is logged.
+twice. After the headers went out, a halt ends the body cleanly and is logged. A body the app has
+already built (a ``list`` or ``tuple``: none of the app's code runs while it is sent) is decided as
+soon as the app returns, and the request's context ends then.
 
 ``environ["veronica.context"]`` is the request's context from the start; its deadline timer is
 scheduled (counting from the request start) only once something uses it, so a request that makes
@@ -30,9 +32,11 @@ from ..kernel.policy import RuntimePolicy
 from ._wsgi_scope import (
     END,
     Headers,
+    RequestContext,
     RequestScope,
     halt_refusal,
     next_in_context,
+    request_context,
     status_code,
     status_line,
     wsgi_headers,
@@ -61,6 +65,11 @@ ENVIRON_KEY = "veronica.context"
 """The environ key under which the request's :class:`~veronica_mw.ExecutionContext` is published."""
 
 
+def _halted(ctx: RequestContext) -> bool:
+    """``ctx.aborted`` without the property call (once per body chunk)."""
+    return ctx._reason is not None or (ctx._armed and bool(ctx._deadline) and ctx._expired())
+
+
 class _Response(RequestScope):
     """One request: its context's lifetime (a :class:`RequestScope`), the ``start_response`` the app
     sees, and the body iterable handed to the server -- one object, as this is the per-request path."""
@@ -82,7 +91,16 @@ class _Response(RequestScope):
         options: dict[str, Any] | None = None,
         method: str | None = None,
     ) -> None:
-        super().__init__(config, breaker, ledger, path, options, method)
+        # RequestScope.__init__, written out (one frame less per request).
+        if breaker is None and ledger is None and options is None:
+            ctx = RequestContext(config)
+            ctx._arm_from = ctx._started
+            ctx._over = False
+            ctx._name = path
+            self.ctx = ctx
+        else:
+            self.ctx = request_context(config, breaker, ledger, path, options, method)
+        self.path = path
         self._start = start_response
         self._extra = extra
         self._usage = usage
@@ -144,15 +162,38 @@ class _Response(RequestScope):
     def __next__(self) -> bytes:
         if self._done:
             raise StopIteration
-        if self._sent:
-            return self._next_body_chunk()
         ctx = self.ctx
+        if self._sent:
+            if self._it is None:  # the headers went out through write() before the first chunk
+                return self._next_body_chunk()
+            # Hot path: a body chunk once the headers are out (next_in_context, written out).
+            if _halted(ctx) and not self._halted_at_send:
+                self.halted_after_start()
+                chunk: Any = END
+            else:
+                token = current_context.set(self)
+                try:
+                    chunk = next(self._it, END)
+                except BaseException as exc:
+                    current_context.reset(token)
+                    if isinstance(exc, Exception) and (find_halt(exc) is not None or _halted(ctx)):
+                        self.halted_after_start(exc)
+                        chunk = END
+                    else:
+                        self.close()
+                        raise
+                else:
+                    current_context.reset(token)
+            if chunk is END:
+                self.close()
+                raise StopIteration
+            return chunk  # type: ignore[no-any-return]
         token = current_context.set(self)
         try:
             it = self._it
             if it is None:
                 it = self._it = iter(self._result)
-            chunk: Any = next(it, END)
+            chunk = next(it, END)
         except Exception as exc:
             halt = find_halt(exc)
             if halt is None and not ctx.aborted:
@@ -161,15 +202,39 @@ class _Response(RequestScope):
             return self._refuse(halt, exc)
         finally:
             current_context.reset(token)
-        if ctx.aborted and status_code(self.status) >= 500:
+        halted = _halted(ctx)
+        if halted and status_code(self.status) >= 500:
             # The app (or its framework) answered an error because of the halt: send the 429.
             return self._refuse(None, None)
         if self.status is not None:
-            self._send_headers()
+            if self._extra or self._usage:
+                self._send_headers()
+            else:  # _send_headers, written out for the common case
+                self._halted_at_send = halted  # an app that chose its response after a halt keeps it
+                self._sent = True
+                self._write = self._start(self.status, self.headers)
         if chunk is END:
             self.close()
             raise StopIteration
         return chunk  # type: ignore[no-any-return]
+
+    def finished(self, body: list[bytes] | tuple[bytes, ...]) -> Iterable[bytes]:
+        """A body the app has already built (a list): none of its code runs while it is sent, so
+        the response is decided now -- the 429 if the context halted and the app answered an
+        error, else the app's own -- and the context ends here, not after the server's loop."""
+        ctx = self.ctx
+        halted = _halted(ctx)
+        if halted and status_code(self.status) >= 500:
+            return [self._refuse(None, None)]
+        if not self._sent:
+            if self._extra or self._usage:
+                self._send_headers()
+            else:
+                self._halted_at_send = halted
+                self._sent = True
+                self._write = self._start(self.status, self.headers)  # type: ignore[arg-type]
+        self.close()
+        return body
 
     def _next_body_chunk(self) -> bytes:
         try:
@@ -194,7 +259,12 @@ class _Response(RequestScope):
             if close is not None:
                 self.run(close)
         finally:
-            self.ctx.end()
+            ctx = self.ctx
+            if ctx._armed or ctx._arm_from is None:
+                ctx.end()
+            else:  # never used: nothing scheduled, nobody told it started (RequestContext.end)
+                ctx._over = True
+                ctx._arm_from = None
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -306,5 +376,23 @@ class VeronicaWSGIMiddleware:
         response = _Response(
             config, self._breaker, ledger, path, start_response, extra, self._usage, self._options, method
         )
-        environ[ENVIRON_KEY] = response.ctx
-        return response.call_app(self.app, environ)
+        ctx = environ[ENVIRON_KEY] = response.ctx
+        # response.call_app(self.app, environ), written out (one frame less per request)
+        token = current_context.set(response)
+        try:
+            response._result = self.app(environ, response.start_response)
+        except Exception as exc:
+            halt = find_halt(exc)
+            if (halt is None and not ctx.aborted) or response._sent:
+                response.end()
+                raise
+            return [response._refuse(halt, exc)]
+        except BaseException:
+            response.end()
+            raise
+        finally:
+            current_context.reset(token)
+        result = response._result
+        if (type(result) is list or type(result) is tuple) and response.status is not None:
+            return response.finished(result)
+        return response

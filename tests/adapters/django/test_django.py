@@ -92,7 +92,7 @@ def test_view_that_chose_its_own_response_keeps_it_and_plain_500s_stay() -> None
     assert client.get("/boom").status_code == 500
 
 
-def test_streaming_response_keeps_the_context_until_closed() -> None:
+def test_streaming_response_keeps_the_context_until_closed(watched_deadlines: None) -> None:
     before = timers()
     response = Client().get("/stream/3")
     assert timers() == before + 1  # still live: the body has not been iterated yet
