@@ -5,6 +5,7 @@ by every call and state read and fired by the pool only for someone waiting."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -21,8 +22,16 @@ from veronica_mw import (
     SharedTimeoutPool,
     WrapOptions,
 )
+from veronica_mw.kernel import observer as observer_module
 
 USAGE = {"usage_metadata": {"input_tokens": 1000, "output_tokens": 100}, "model": "gpt-4o-mini"}
+
+
+@pytest.fixture(autouse=True)
+def no_global_observers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without global observers (``import veronica_mw`` registers OpenTelemetry's stand-in where
+    opentelemetry is installed): a plain context runs its calls inline only then."""
+    monkeypatch.setattr(observer_module, "_global", ())
 
 
 class Boom(Exception):
@@ -42,7 +51,7 @@ def _result(kind: str) -> Any:
 
 
 _call = st.tuples(
-    st.sampled_from(["wrap_llm", "wrap_tool", "call_llm", "call_tool", "nested"]),
+    st.sampled_from(["wrap_llm", "wrap_tool", "call_llm", "call_tool", "nested", "awrap_llm", "acall_tool"]),
     st.sampled_from(["none", "text", "usage", "dict", "raise"]),
     st.sampled_from([0.0, 0.01, 0.25]),  # hint
     st.sampled_from([None, 0.02]),  # cost_fn's answer
@@ -51,9 +60,18 @@ _call = st.tuples(
 )
 
 
-def _run(
-    ctx: ExecutionContext, calls: list[tuple[str, str, float, float | None, str, str | None]]
-) -> list[Any]:
+Call = tuple[str, str, float, float | None, str, str | None]
+
+
+def _run(ctx: ExecutionContext, calls: list[Call]) -> list[Any]:
+    loop = asyncio.new_event_loop()
+    try:
+        return _run_on(ctx, calls, loop)
+    finally:
+        loop.close()
+
+
+def _run_on(ctx: ExecutionContext, calls: list[Call], loop: asyncio.AbstractEventLoop) -> list[Any]:
     outcomes: list[Any] = []
     for form, result, hint, cost, name, model in calls:
         cost_fn: Any = None if cost is None else (lambda r, c=cost: c)
@@ -75,6 +93,14 @@ def _run(
                 outcomes.append(ctx.call_llm(body, options=options))
             elif form == "call_tool":
                 outcomes.append(ctx.call_tool(body, options=options))
+            elif form == "awrap_llm":
+                outcomes.append(loop.run_until_complete(ctx.awrap_llm_call(body, options)))
+            elif form == "acall_tool":
+
+                async def abody(body: Any = body) -> Any:
+                    return body()
+
+                outcomes.append(loop.run_until_complete(ctx.acall_tool(abody, options=options)))
             else:
                 outcomes.append(ctx.wrap_llm_call(nested, options))
         except ExecutionHalted as exc:
@@ -214,3 +240,24 @@ def test_an_observer_gets_the_deadline_fired() -> None:
         while not halted and time.monotonic() < deadline:
             time.sleep(0.005)
     assert halted == ["timeout"]
+
+
+def test_a_layer_below_adopts_the_running_inline_call_and_settles_it_once() -> None:
+    # What a provider SDK's instrumentation does under ctx.call_llm: find the enclosing step by
+    # the current node id and settle it itself, with the usage it saw.
+    from veronica_mw.kernel.context import current_node
+
+    ctx = ExecutionContext(ExecutionConfig(10.0, 10, 0))
+
+    def provider_call() -> str:
+        node = ctx.graph.get(current_node.get())  # type: ignore[arg-type]
+        assert node is not None and node.context is ctx and node.status == "running"
+        assert ctx.graph.get(node.node_id) is node  # the same object while it runs
+        node.commit(cost_usd=0.25)
+        return "answer"
+
+    assert ctx.call_llm(provider_call) == "answer"
+    snap = ctx.get_snapshot()
+    assert (snap.step_count, snap.cost_usd_accumulated, snap.in_flight) == (1, 0.25, 0)
+    assert [(n.status, n.cost_usd) for n in ctx.graph.nodes()] == [("ok", 0.25)]
+    assert ctx.graph.aggregates()[("llm", "ok")].count == 1

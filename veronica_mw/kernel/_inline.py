@@ -134,7 +134,7 @@ class InlineCalls:
         lock = self._lock
         lock.acquire()
         graph: Any = self._graph
-        node = graph._live.get(node_id) if graph._live else None
+        node = graph._live.pop(node_id, None) if graph._live else None
         if node is not None:  # a layer below took it as its node (graph.get): settle that one
             lock.release()
             return node.commit(result)  # type: ignore[no-any-return]
@@ -247,7 +247,7 @@ class InlineCalls:
         lock = self._lock
         lock.acquire()
         graph = self._graph  # type: ignore[assignment]
-        node = graph._live.get(node_id) if graph._live else None
+        node = graph._live.pop(node_id, None) if graph._live else None
         if node is not None:  # a layer below took it as its node (graph.get): settle that one
             lock.release()
             outcome = node.commit(result)

@@ -270,7 +270,8 @@ class ExecutionGraph:
         self._recs: list[CallNode | _Record] = []
         self._aggregates: dict[tuple[str, str], Aggregate] = {}
         self._ok: dict[str, Aggregate] = {}  # _aggregates[(kind, "ok")], by kind: the hot path's
-        # Running calls of the inline path that were given a node object (settled through it).
+        # Running calls of the inline path a layer below asked for (get): until the inline path
+        # takes them back (promote, or its settlement), they are settled through that node.
         self._live: dict[int, CallNode] = {}
         self._owner: ExecutionContext | None = None  # set by the context (its lock guards the ring)
         self._next_id = 0
@@ -352,8 +353,8 @@ class ExecutionGraph:
         """The node object of a running call begun with :meth:`open` (it failed, or needs the full
         settlement); from now on the ring holds the object. A call whose record has already left
         the ring (more than ``capacity`` calls since it began) gets a fresh node outside it."""
-        node = self._live.get(node_id)
-        if node is not None:  # a layer below asked for it already (get)
+        node = self._live.pop(node_id, None) if self._live else None
+        if node is not None:  # a layer below asked for it already (get): that is the node
             return node
         i = (node_id - 1) % self.capacity
         if self._ids[i] == node_id:
@@ -361,7 +362,6 @@ class ExecutionGraph:
         else:
             node = CallNode(node_id, kind, name, parent_id)
             node.step, node.reserved_usd, node.model = step, options.cost_estimate_hint, options.model
-        self._live[node_id] = node
         return node
 
     def get(self, node_id: int) -> CallNode | None:
@@ -395,8 +395,6 @@ class ExecutionGraph:
     def finish(self, node: CallNode, status: str) -> None:
         node.status = status
         node.ended = time.monotonic()
-        if self._live:
-            self._live.pop(node.node_id, None)
         agg = self._aggregates.get((node.kind, status))
         if agg is None:
             agg = self._aggregates[(node.kind, status)] = Aggregate()
