@@ -261,3 +261,12 @@ def test_a_layer_below_adopts_the_running_inline_call_and_settles_it_once() -> N
     assert (snap.step_count, snap.cost_usd_accumulated, snap.in_flight) == (1, 0.25, 0)
     assert [(n.status, n.cost_usd) for n in ctx.graph.nodes()] == [("ok", 0.25)]
     assert ctx.graph.aggregates()[("llm", "ok")].count == 1
+
+
+def test_settled_records_keep_the_options_observers_read() -> None:
+    ctx = ExecutionContext(ExecutionConfig(10.0, 10, 0))
+    named = WrapOptions(operation_name="search", gen_ai_operation="embeddings")
+    ctx.call_tool(lambda: "rows", options=named)
+    node = ctx.begin_call("llm", WrapOptions(gen_ai_operation="chat"))
+    node.commit()
+    assert [n.options.gen_ai_operation for n in ctx.graph.nodes()] == ["embeddings", "chat"]

@@ -106,9 +106,7 @@ class InlineCalls:
             self._reserved += hint
             self._in_flight += 1
             graph = self._graph or self._graph_locked()
-            node_id, repeats = graph.open(
-                kind, options.operation_name or kind, parent_id, step, hint, options.model
-            )
+            node_id, repeats = graph.open(kind, options.operation_name or kind, parent_id, step, options)
         return node_id, repeats, parent_id, step
 
     def _cost_inline(self, options: WrapOptions, result: Any) -> float | None:
@@ -194,7 +192,7 @@ class InlineCalls:
                     graph = self._graph or self._graph_locked()
                     name = options.operation_name or kind
                     node_id = graph._next_id = graph._next_id + 1
-                    rec = (kind, name, parent_id, 0.0, 0, 0, "running", options.model, hint, options)
+                    rec = (kind, name, parent_id, 0.0, 0, 0, "running", options.model, hint, options, None)
                     capacity = graph.capacity
                     if node_id <= capacity:
                         graph._ids.append(node_id)
@@ -259,7 +257,7 @@ class InlineCalls:
             committed = self._committed = self._committed + cost
             i = (node_id - 1) % graph.capacity
             if graph._ids[i] == node_id:  # still in the ring
-                graph._recs[i] = (kind, name, parent_id, cost, 0, 0, "ok", options.model, hint, None)
+                graph._recs[i] = (kind, name, parent_id, cost, 0, 0, "ok", options.model, hint, options, None)
                 graph._t1[i] = _monotonic()
             agg = graph._ok.get(kind) or graph._ok_aggregate(kind)
             agg.count += 1

@@ -223,8 +223,8 @@ class Aggregate:
     tokens_out: int = 0
 
 
-# A finished call in the ring, without a node object: (kind, name, parent_id, cost_usd, tokens_in,
-# tokens_out, status, model, reserved_usd, extra) -- extra is None or (key, inline, response_model,
+# A call in the ring without a node object: (kind, name, parent_id, cost_usd, tokens_in, tokens_out,
+# status, model, reserved_usd, options, extra) -- extra is None or (key, inline, response_model,
 # checks); node id, step and times live unboxed in the graph's arrays. A settled node that carries
 # more than that (bodies, a fallback model, edited arguments) stays in the ring as the object itself.
 _Record = tuple[Any, ...]
@@ -313,7 +313,7 @@ class ExecutionGraph:
         return node, self._repeat(kind, name)
 
     def open(
-        self, kind: str, name: str, parent_id: int | None, step: int, reserved: float, model: str | None
+        self, kind: str, name: str, parent_id: int | None, step: int, options: WrapOptions
     ) -> tuple[int, int]:
         """Append a running call without a node object (the kernel's inline fast path): its id and
         how many times in a row its signature repeated."""
@@ -322,7 +322,19 @@ class ExecutionGraph:
             node_id,
             step,
             time.monotonic(),
-            (kind, name, parent_id, 0.0, 0, 0, "running", model, reserved, None),
+            (
+                kind,
+                name,
+                parent_id,
+                0.0,
+                0,
+                0,
+                "running",
+                options.model,
+                options.cost_estimate_hint,
+                options,
+                None,
+            ),
         )
         self.total_nodes += 1
         return node_id, self._repeat(kind, name)
@@ -332,7 +344,7 @@ class ExecutionGraph:
         i = (node_id - 1) % self.capacity
         if self._ids[i] == node_id:  # still in the ring
             rec: Any = self._recs[i]  # a record: only the inline path opens and closes by id
-            self._recs[i] = (rec[0], rec[1], rec[2], cost, 0, 0, status, rec[7], rec[8], None)
+            self._recs[i] = (rec[0], rec[1], rec[2], cost, 0, 0, status, rec[7], rec[8], rec[9], None)
             self._t1[i] = time.monotonic()
         agg = self._aggregates.get((kind, status))
         if agg is None:
@@ -415,7 +427,7 @@ class ExecutionGraph:
                 extra = (node.key, node.inline, node.response_model, node.checks)
             self._recs[i] = (
                 node.kind, node.name, node.parent_id, node.cost_usd, node.tokens_in, node.tokens_out,
-                status, node.model, node.reserved_usd, extra,
+                status, node.model, node.reserved_usd, node._options, extra,
             )  # fmt: skip
             self._steps[i] = node.step
             self._t0[i] = node.started
@@ -427,11 +439,9 @@ class ExecutionGraph:
             return rec
         node = CallNode(self._ids[i], rec[0], rec[1], rec[2])
         node.cost_usd, node.tokens_in, node.tokens_out, node.status = rec[3], rec[4], rec[5], rec[6]
-        node.model, node.reserved_usd = rec[7], rec[8]
-        if rec[6] == "running":  # an inline call's record carries its options
-            node._options = rec[9]
-        elif rec[9] is not None:
-            node.key, node.inline, node.response_model, node.checks = rec[9]
+        node.model, node.reserved_usd, node._options = rec[7], rec[8], rec[9]
+        if rec[10] is not None:
+            node.key, node.inline, node.response_model, node.checks = rec[10]
         node.step, node.started, node.ended = self._steps[i], self._t0[i], self._t1[i]
         return node
 
