@@ -146,12 +146,9 @@ class Verdicts:
     def _downgraded(self, node: CallNode, requested: str | None) -> None:
         node._downgraded = True
         original = requested or node.model
-        fallback = node.fallback_model
-        node.model = fallback  # priced, and traced, as the model actually called
-        for event in self.get_events():  # said once per switch, not per call: calls show it in node.model
-            if event.kind == "downgraded" and event.data.get("from_model") == original:
-                if event.data.get("to_model") == fallback:
-                    return
+        node.model = node.fallback_model  # priced, and traced, as the model actually called
+        # One event per call (observers rename that call's span after it); the context's own
+        # event list keeps only the most recent ones.
         self.add_event(
             "downgraded",
             f"{node.name}: {original} -> {node.fallback_model}",

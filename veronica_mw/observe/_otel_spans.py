@@ -31,6 +31,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from .. import __version__
 from ..kernel.observer import Observer
 from ._otel_content import ContentCapture
+from ._otel_evaluations import record_evaluations
 from ._otel_metrics import FAILED, error_type, instruments_of, model_attributes
 from ._otel_providers import ProviderCache
 from ._otel_state import Call, state_of, states
@@ -298,6 +299,8 @@ class OTelObserver(Observer):
                 attributes["error.type"] = error_type(error, status)
                 span.set_status(Status(StatusCode.ERROR, str(error) if error is not None else status))
             span.set_attributes(attributes)
+            if node.checks:
+                record_evaluations(span, node)
             if self._content.enabled:
                 self._content.record(span, node)
         finally:

@@ -51,8 +51,9 @@ def test_requests_after_80_percent_are_sent_with_the_fallback(
     snap = ctx.get_snapshot()
     assert snap.cost_usd_accumulated == pytest.approx(cost_of(server.reported, "openai"))
     assert snap.cost_usd_accumulated <= budget  # the ceiling holds
-    (event,) = [e for e in snap.events if e.kind == "downgraded"]  # once, when it switched
-    assert (event.data["from_model"], event.data["to_model"]) == ("gpt-4o", "gpt-4o-mini")
+    events = [e for e in snap.events if e.kind == "downgraded"]  # one per call (the list keeps 256)
+    assert len(events) == min(256, len(models) - switch)
+    assert (events[-1].data["from_model"], events[-1].data["to_model"]) == ("gpt-4o", "gpt-4o-mini")
     assert [n.model for n in ctx.graph.nodes()] == models  # each step names the model it called
     downgraded = [n for n in ctx.graph.nodes() if n.fallback_model]
     assert len(downgraded) == len(models) - switch
