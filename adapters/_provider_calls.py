@@ -270,7 +270,12 @@ def begin(ctx: ExecutionContext, plan: Plan) -> ProviderCall:
     """Admit the planned request as one step (or adopt the enclosing layer's); raise
     ExecutionHalted, with nothing sent, when a limit refuses it."""
     estimate = plan.reservation()  # priced here, never under the context's lock
-    node = claims.offered_step(ctx)
+    offered = claims.offered_step(ctx)
+    node = offered[0] if offered is not None else None
+    if offered is not None and offered[1]:  # the layer above sends again (its retry, a fallback)
+        ctx.check()
+        if not ctx.record_retry(None):
+            raise ctx.halted_error()
     if node is None:
         found = claims.enclosing(ctx)
         if found is not None:

@@ -42,7 +42,7 @@ class Offer:
 
     def __init__(self, node: CallNode) -> None:
         self.node = node
-        self.taken = False
+        self.taken = False  # a provider request underneath took it (and sent itself)
 
 
 _offer: ContextVar[Offer | None] = ContextVar("veronica_mw_provider_offer", default=None)
@@ -77,15 +77,16 @@ def unregister(finder: Finder) -> None:
         _finders = tuple(f for f in _finders if f is not finder)
 
 
-def offered_step(ctx: ExecutionContext) -> CallNode | None:
-    """The step offered to this request (taken by it: the layer above stops settling it)."""
+def offered_step(ctx: ExecutionContext) -> tuple[CallNode, bool] | None:
+    """The step offered to this request, and whether an earlier request took it already (then this
+    one is the layer above's retry or fallback: it draws a retry, not a step)."""
     offer = _offer.get()
-    if offer is not None and not offer.taken and offer.node.context is ctx and offer.node.kind == "llm":
-        with _lock:
-            if not offer.taken:
-                offer.taken = True
-                return offer.node
-    return None
+    if offer is None or offer.node.context is not ctx or offer.node.kind != "llm":
+        return None
+    with _lock:
+        again = offer.taken
+        offer.taken = True
+    return offer.node, again
 
 
 def enclosing(ctx: ExecutionContext) -> CallNode | Hashable | None:

@@ -18,10 +18,11 @@ class Patches:
     """The patches one adapter applied; ``apply`` is idempotent per (class, name)."""
 
     def __init__(self) -> None:
-        self._applied: list[tuple[type, str, Any, Any]] = []
+        self._applied: list[tuple[Any, str, Any, Any]] = []
 
-    def wrap(self, owner: type | None, name: str, make: Callable[[Any], Callable[..., Any]]) -> bool:
-        """Replace ``owner.name`` by ``make(original)``; False when it is missing or already ours."""
+    def wrap(self, owner: Any, name: str, make: Callable[[Any], Callable[..., Any]]) -> bool:
+        """Replace ``owner.name`` (a class or module attribute) by ``make(original)``; False when it
+        is missing or already ours."""
         original = vars(owner).get(name) if owner is not None else None
         if owner is None or original is None or getattr(original, _MARK, False):
             return False

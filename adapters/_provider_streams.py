@@ -11,8 +11,10 @@ that feeds each item to a :class:`Meter` on its way to the caller. The step is s
   the end of its execution context (LiteLLM's stream wrappers may never be collected): with the
   final usage if it had already arrived, else the reservation is kept as spent — never $0.
 
-Raw-response wrappers (``.with_raw_response`` of a stream, ``.with_streaming_response``) are held
-the same way until ``parse()`` hands over the stream or the parsed response. No SDK is imported.
+A stream class whose iterator cannot be replaced (LiteLLM's) is patched to report to
+:func:`watched` instead. Raw-response wrappers (``.with_raw_response`` of a stream,
+``.with_streaming_response``) are held the same way until ``parse()`` hands over the stream or the
+parsed response. No SDK is imported.
 """
 
 from __future__ import annotations
@@ -205,6 +207,25 @@ def observe(call: ProviderCall, stream: Any, meter: Meter, attr: str = "_iterato
     pending = StreamPending(call, stream, meter)
     wrapper = AsyncObserved(inner, pending) if hasattr(inner, "__anext__") else Observed(inner, pending)
     setattr(stream, attr, wrapper)
+
+
+_watched: weakref.WeakKeyDictionary[Any, StreamPending] = weakref.WeakKeyDictionary()
+
+
+def watch(call: ProviderCall, stream: Any, meter: Meter) -> None:
+    """Meter a stream whose class is patched to report its items (:func:`watched`), rather than
+    one whose item iterator can be replaced (LiteLLM's ``CustomStreamWrapper``)."""
+    pending = StreamPending(call, stream, meter)
+    with _lock:
+        _watched[stream] = pending
+
+
+def watched(stream: Any) -> StreamPending | None:
+    """The pending step of a stream given to :func:`watch` (cheap for every other stream)."""
+    if not _watched:
+        return None
+    pending = _watched.get(stream)
+    return pending if pending is not None and not pending.done else None
 
 
 def pending_of(stream: Any) -> StreamPending | None:

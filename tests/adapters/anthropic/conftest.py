@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import anthropic
 import pytest
@@ -30,5 +30,39 @@ def client(server: FakeProvider, instrumented: None) -> Iterator[anthropic.Anthr
 
 
 @pytest.fixture
-def aclient(server: FakeProvider, instrumented: None) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=server.anthropic_url, api_key="test", max_retries=0)
+async def aclient(server: FakeProvider, instrumented: None) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    async with anthropic.AsyncAnthropic(base_url=server.anthropic_url, api_key="test", max_retries=0) as sdk:
+        yield sdk
+
+
+@pytest.fixture
+def make_client(server: FakeProvider, instrumented: None) -> Iterator[Callable[..., anthropic.Anthropic]]:
+    """Clients with their own options (``max_retries``), closed at teardown."""
+    made: list[anthropic.Anthropic] = []
+
+    def make(max_retries: int = 0) -> anthropic.Anthropic:
+        made.append(
+            anthropic.Anthropic(base_url=server.anthropic_url, api_key="test", max_retries=max_retries)
+        )
+        return made[-1]
+
+    yield make
+    for sdk in made:
+        sdk.close()
+
+
+@pytest.fixture
+async def make_aclient(
+    server: FakeProvider, instrumented: None
+) -> AsyncIterator[Callable[..., anthropic.AsyncAnthropic]]:
+    made: list[anthropic.AsyncAnthropic] = []
+
+    def make(max_retries: int = 0) -> anthropic.AsyncAnthropic:
+        made.append(
+            anthropic.AsyncAnthropic(base_url=server.anthropic_url, api_key="test", max_retries=max_retries)
+        )
+        return made[-1]
+
+    yield make
+    for sdk in made:
+        await sdk.close()

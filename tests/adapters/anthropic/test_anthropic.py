@@ -130,7 +130,6 @@ async def test_async_shape(aclient: anthropic.AsyncAnthropic, server: FakeProvid
         with pytest.raises(ExecutionHalted):
             await shape.async_(aclient)
     _check(ctx, server)
-    await aclient.close()
 
 
 def test_the_reservation_is_the_worst_case(client: anthropic.Anthropic, server: FakeProvider) -> None:
@@ -177,8 +176,10 @@ def test_abandoned_streams_keep_their_reservation(client: anthropic.Anthropic) -
     left_open.close()
 
 
-def test_retries_draw_and_a_spent_budget_refuses_the_next(server: FakeProvider, instrumented: None) -> None:
-    client = anthropic.Anthropic(base_url=server.anthropic_url, api_key="test", max_retries=4)
+def test_retries_draw_and_a_spent_budget_refuses_the_next(
+    server: FakeProvider, instrumented: None, make_client: Callable[..., anthropic.Anthropic]
+) -> None:
+    client = make_client(max_retries=4)
     server.fail_next(1, 529)
     with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=1)) as ctx:
         client.messages.create(**ARGS)
@@ -191,14 +192,15 @@ def test_retries_draw_and_a_spent_budget_refuses_the_next(server: FakeProvider, 
 
 
 @pytest.mark.anyio
-async def test_async_retry_refused(server: FakeProvider, instrumented: None) -> None:
-    client = anthropic.AsyncAnthropic(base_url=server.anthropic_url, api_key="test", max_retries=4)
+async def test_async_retry_refused(
+    server: FakeProvider, instrumented: None, make_aclient: Callable[..., anthropic.AsyncAnthropic]
+) -> None:
+    client = make_aclient(max_retries=4)
     server.fail_next(3, 500)
     async with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=0)):
         with pytest.raises(ExecutionHalted, match="retry_limit"):
             await client.messages.create(**ARGS)
     assert server.count() == 1
-    await client.close()
 
 
 def test_token_counting_is_not_a_model_call(client: anthropic.Anthropic, server: FakeProvider) -> None:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import openai
 import pytest
@@ -30,5 +30,35 @@ def client(server: FakeProvider, instrumented: None) -> Iterator[openai.OpenAI]:
 
 
 @pytest.fixture
-def aclient(server: FakeProvider, instrumented: None) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
+async def aclient(server: FakeProvider, instrumented: None) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=0) as sdk:
+        yield sdk
+
+
+@pytest.fixture
+def make_client(server: FakeProvider, instrumented: None) -> Iterator[Callable[..., openai.OpenAI]]:
+    """Clients with their own options (``max_retries``), closed at teardown."""
+    made: list[openai.OpenAI] = []
+
+    def make(max_retries: int = 0) -> openai.OpenAI:
+        made.append(openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=max_retries))
+        return made[-1]
+
+    yield make
+    for sdk in made:
+        sdk.close()
+
+
+@pytest.fixture
+async def make_aclient(
+    server: FakeProvider, instrumented: None
+) -> AsyncIterator[Callable[..., openai.AsyncOpenAI]]:
+    made: list[openai.AsyncOpenAI] = []
+
+    def make(max_retries: int = 0) -> openai.AsyncOpenAI:
+        made.append(openai.AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=max_retries))
+        return made[-1]
+
+    yield make
+    for sdk in made:
+        await sdk.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -29,8 +30,10 @@ def _worst_case() -> float:
     return price_usage(TokenUsage(tokens_in, MAX_TOKENS), MODEL, "openai")
 
 
-def test_sixteen_threads_never_overshoot(server: FakeProvider, instrumented: None) -> None:
-    client = openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
+def test_sixteen_threads_never_overshoot(
+    server: FakeProvider, instrumented: None, make_client: Callable[..., openai.OpenAI]
+) -> None:
+    client = make_client(max_retries=0)
     budget = 5.5 * _worst_case()  # room for five reservations in flight, not six
     ctx = ExecutionContext(ExecutionConfig(max_cost_usd=budget, max_steps=100, max_retries_total=0))
     refused: list[BaseException] = []
@@ -62,8 +65,10 @@ def test_sixteen_threads_never_overshoot(server: FakeProvider, instrumented: Non
 
 
 @pytest.mark.anyio
-async def test_two_hundred_tasks_never_overshoot(server: FakeProvider, instrumented: None) -> None:
-    client = openai.AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
+async def test_two_hundred_tasks_never_overshoot(
+    server: FakeProvider, instrumented: None, make_aclient: Callable[..., openai.AsyncOpenAI]
+) -> None:
+    client = make_aclient(max_retries=0)
     budget = 20.5 * _worst_case()
     server.hold()
     async with ExecutionContext(
@@ -86,7 +91,6 @@ async def test_two_hundred_tasks_never_overshoot(server: FakeProvider, instrumen
     snap = ctx.get_snapshot()
     assert outcomes.count("sent") == 20 and server.count() == 20 and snap.step_count == 20
     assert snap.cost_usd_accumulated <= budget
-    await client.close()
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -95,10 +99,14 @@ async def test_two_hundred_tasks_never_overshoot(server: FakeProvider, instrumen
     budget_calls=st.floats(min_value=0.0, max_value=4.0),
 )
 def test_committed_cost_never_exceeds_the_budget(
-    server: FakeProvider, instrumented: None, limits: list[int], budget_calls: float
+    server: FakeProvider,
+    instrumented: None,
+    limits: list[int],
+    budget_calls: float,
+    make_client: Callable[..., openai.OpenAI],
 ) -> None:
     server.reset()
-    client = openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
+    client = make_client(max_retries=0)
     budget = budget_calls * _worst_case()
     sent = 0
     with ExecutionContext(ExecutionConfig(max_cost_usd=budget, max_steps=50, max_retries_total=0)) as ctx:
@@ -113,4 +121,3 @@ def test_committed_cost_never_exceeds_the_budget(
     snap = ctx.get_snapshot()
     assert server.count() == sent == snap.step_count
     assert snap.cost_usd_accumulated <= budget + 1e-12
-    client.close()

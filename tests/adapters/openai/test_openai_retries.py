@@ -3,6 +3,7 @@ before it is sent."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -17,8 +18,10 @@ MESSAGES: list[Any] = [{"role": "user", "content": "retry me"}]
 
 
 @pytest.mark.parametrize("status", [429, 500])
-def test_each_sdk_retry_draws_one_retry(server: FakeProvider, instrumented: None, status: int) -> None:
-    client = openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=3)
+def test_each_sdk_retry_draws_one_retry(
+    server: FakeProvider, instrumented: None, status: int, make_client: Callable[..., openai.OpenAI]
+) -> None:
+    client = make_client(max_retries=3)
     server.fail_next(2, status)
     with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=2)) as ctx:
         client.chat.completions.create(model=MODEL, messages=MESSAGES)
@@ -28,9 +31,9 @@ def test_each_sdk_retry_draws_one_retry(server: FakeProvider, instrumented: None
 
 
 def test_a_spent_retry_budget_refuses_the_retry_before_it_is_sent(
-    server: FakeProvider, instrumented: None
+    server: FakeProvider, instrumented: None, make_client: Callable[..., openai.OpenAI]
 ) -> None:
-    client = openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=5)
+    client = make_client(max_retries=5)
     server.fail_next(5, 429)
     with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=1)) as ctx:
         with pytest.raises(ExecutionHalted) as halted:
@@ -46,8 +49,10 @@ def test_a_spent_retry_budget_refuses_the_retry_before_it_is_sent(
 
 
 @pytest.mark.anyio
-async def test_async_retries_draw_and_are_refused(server: FakeProvider, instrumented: None) -> None:
-    client = openai.AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=4)
+async def test_async_retries_draw_and_are_refused(
+    server: FakeProvider, instrumented: None, make_aclient: Callable[..., openai.AsyncOpenAI]
+) -> None:
+    client = make_aclient(max_retries=4)
     server.fail_next(1, 500)
     async with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=1)) as ctx:
         await client.chat.completions.create(model=MODEL, messages=MESSAGES)
@@ -56,11 +61,12 @@ async def test_async_retries_draw_and_are_refused(server: FakeProvider, instrume
         with pytest.raises(ExecutionHalted):
             await client.responses.create(model=MODEL, input="again")
     assert server.count() == 3
-    await client.close()
 
 
-def test_a_failed_call_after_the_sdks_retries_is_recorded(server: FakeProvider, instrumented: None) -> None:
-    client = openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=1)
+def test_a_failed_call_after_the_sdks_retries_is_recorded(
+    server: FakeProvider, instrumented: None, make_client: Callable[..., openai.OpenAI]
+) -> None:
+    client = make_client(max_retries=1)
     server.fail_next(2, 500)
     with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=5)) as ctx:
         with pytest.raises(openai.InternalServerError):

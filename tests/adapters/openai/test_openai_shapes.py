@@ -232,7 +232,6 @@ async def test_async_shape_counts_and_refuses_before_sending(
         with pytest.raises(ExecutionHalted):
             await shape.async_(aclient)
     _check(ctx, server, shape)
-    await aclient.close()
 
 
 def test_results_are_the_sdks_own(client: openai.OpenAI) -> None:
@@ -276,8 +275,10 @@ def test_uninstrument_restores_the_sdk(server: FakeProvider) -> None:
     veronica_mw.instrument("openai")  # idempotent
     veronica_mw.uninstrument()
     assert SyncAPIClient.request is original
-    client = openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
-    with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=0, max_retries_total=0)) as ctx:
+    with (
+        openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=0) as client,
+        ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=0, max_retries_total=0)) as ctx,
+    ):
         _chat(client)  # not instrumented: nothing refuses it
     assert server.count() == 1 and ctx.get_snapshot().step_count == 0
 
@@ -305,7 +306,6 @@ async def test_output_checks_on_async_calls(aclient: openai.AsyncOpenAI) -> None
         with pytest.raises(OutputRejected):
             await _achat(aclient)
     assert ctx.graph.nodes()[0].status == "ok"
-    await aclient.close()
 
 
 def test_steps_say_which_gen_ai_operation_they_are(client: openai.OpenAI) -> None:

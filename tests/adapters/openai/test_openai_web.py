@@ -38,33 +38,35 @@ def not_instrumented() -> Iterator[None]:
 
 def _fastapi(server: FakeProvider, **options: Any) -> FastAPI:
     app = FastAPI()
-    client = openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
-    aclient = openai.AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
+    args: dict[str, Any] = {"base_url": server.openai_url, "api_key": "test", "max_retries": 0}
 
     @app.get("/sync")
     def sync_loop() -> dict[str, int]:  # runs in the threadpool
         calls = 0
-        for _ in range(10):
-            client.chat.completions.create(model=MODEL, messages=MESSAGES)
-            calls += 1
+        with openai.OpenAI(**args) as client:
+            for _ in range(10):
+                client.chat.completions.create(model=MODEL, messages=MESSAGES)
+                calls += 1
         return {"calls": calls}
 
     @app.get("/async")
     async def async_loop() -> dict[str, int]:
         calls = 0
-        for _ in range(10):
-            await aclient.chat.completions.create(model=MODEL, messages=MESSAGES)
-            calls += 1
+        async with openai.AsyncOpenAI(**args) as aclient:
+            for _ in range(10):
+                await aclient.chat.completions.create(model=MODEL, messages=MESSAGES)
+                calls += 1
         return {"calls": calls}
 
     @app.get("/stream")
     async def relay() -> StreamingResponse:
         async def tokens() -> AsyncIterator[str]:
-            for _ in range(10):
-                stream = await aclient.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
-                async for chunk in stream:
-                    if chunk.choices and chunk.choices[0].delta.content:
-                        yield chunk.choices[0].delta.content
+            async with openai.AsyncOpenAI(**args) as aclient:
+                for _ in range(10):
+                    stream = await aclient.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+                    async for chunk in stream:
+                        if chunk.choices and chunk.choices[0].delta.content:
+                            yield chunk.choices[0].delta.content
 
         return StreamingResponse(tokens(), media_type="text/plain")
 
@@ -106,12 +108,12 @@ def test_instrument_false_leaves_the_sdk_alone(live_server: Callable[..., LiveSe
 def test_flask_app_answers_429_after_the_limit() -> None:
     with FakeProvider() as server:
         app = flask.Flask(__name__)
-        client = openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
 
         @app.get("/loop")
         def loop() -> str:
-            for _ in range(10):
-                client.chat.completions.create(model=MODEL, messages=MESSAGES)
+            with openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=0) as client:
+                for _ in range(10):
+                    client.chat.completions.create(model=MODEL, messages=MESSAGES)
             return "unreachable"
 
         app.wsgi_app = VeronicaWSGIMiddleware(app.wsgi_app, config=LIMITS)  # type: ignore[method-assign]
