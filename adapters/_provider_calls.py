@@ -290,7 +290,7 @@ def begin(ctx: ExecutionContext, plan: Plan) -> ProviderCall:
             claims.claim(node)
             return ProviderCall(ctx, node, plan)
     try:
-        node.add_reservation(max(0.0, estimate - node.reserved_usd))
+        node.add_reservation(max(0.0, estimate - node.reserved_usd))  # 0: admitted already, sent as is
     except ExecutionHalted:
         node.release()  # never sent: the step the layer above began is given back
         raise

@@ -109,11 +109,12 @@ class Pending:
 
 
 class StreamPending(Pending):
-    __slots__ = ("meter",)
+    __slots__ = ("meter", "busy")
 
     def __init__(self, call: ProviderCall, owner: Any, meter: Meter) -> None:
         super().__init__(call, owner)
         self.meter = meter
+        self.busy = 0  # inside the stream's own next(): a close() from there is its end, not ours
 
     def end(self) -> None:
         if self._take():

@@ -33,6 +33,7 @@ INSTRUMENTORS: dict[str, Instrumentor] = {
     "openai-agents": Instrumentor("openai_agents", "agents", "openai-agents"),
     "openai": Instrumentor("openai", "openai", "openai"),
     "anthropic": Instrumentor("anthropic", "anthropic", "anthropic"),
+    "litellm": Instrumentor("litellm", "litellm", "litellm"),
 }
 
 

@@ -27,7 +27,11 @@ else:
     raise SystemExit("imported without its SDK")
 """
 
-ADAPTERS = [("openai", "openai", "openai"), ("anthropic", "anthropic", "anthropic")]
+ADAPTERS = [
+    ("openai", "openai", "openai"),
+    ("anthropic", "anthropic", "anthropic"),
+    ("litellm", "litellm", "litellm"),
+]
 
 
 @pytest.mark.parametrize(("module", "sdk", "extra"), ADAPTERS)

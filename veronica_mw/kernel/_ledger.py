@@ -234,6 +234,8 @@ class Ledger(SoftLimits):
 
     def _add_reservation(self, node: CallNode, usd: float) -> None:
         usd = check_number("usd", usd)
+        if usd == 0.0:  # nothing more to reserve: the call was admitted when its step began
+            return
         if self._up is not None:
             _nesting.add_reservation(self, node, usd)  # type: ignore[arg-type]
             return

@@ -206,7 +206,8 @@ class CallNode:
     def add_reservation(self, usd: float) -> None:
         """Reserve ``usd`` more for this running call before it is sent (a layer underneath the
         one that began it learned its worst case); raise ExecutionHalted when that would cross
-        ``max_cost_usd`` or the context has halted. The node stays running either way."""
+        ``max_cost_usd`` or the context has halted meanwhile. ``0`` is always granted. The node
+        stays running either way."""
         ctx = self._ctx
         if ctx is not None:
             ctx._add_reservation(self, usd)
