@@ -32,7 +32,7 @@ from contextvars import ContextVar
 from .. import CallNode, ExecutionContext
 from ..kernel.context import current_node
 
-Finder = Callable[[ExecutionContext], "CallNode | Hashable | None"]
+Finder = Callable[[ExecutionContext, str], "CallNode | Hashable | None"]  # (ctx, kind)
 
 
 class Offer:
@@ -64,7 +64,8 @@ def offered(node: CallNode) -> Iterator[Offer]:
 
 
 def register(finder: Finder) -> None:
-    """Consult ``finder(ctx)`` for every provider request made inside a context (idempotent)."""
+    """Consult ``finder(ctx, kind)`` for every provider request (``"llm"``) or MCP tool call
+    (``"tool"``) made inside a context (idempotent)."""
     global _finders
     with _lock:
         if finder not in _finders:
@@ -89,16 +90,16 @@ def offered_step(ctx: ExecutionContext) -> tuple[CallNode, bool] | None:
     return offer.node, again
 
 
-def enclosing(ctx: ExecutionContext) -> CallNode | Hashable | None:
-    """The step (node or kernel key) of the layer above the request about to be sent, if any; to be
+def enclosing(ctx: ExecutionContext, kind: str = "llm") -> CallNode | Hashable | None:
+    """The step (node or kernel key) of the layer above the call about to be sent, if any; to be
     held with :func:`claim` before it is adopted."""
     node_id = current_node.get()
     if node_id is not None:
         node = ctx.graph.get(node_id)
-        if node is not None and node.kind == "llm" and node.context is ctx:
+        if node is not None and node.kind == kind and node.context is ctx:
             return node
     for finder in _finders:
-        found = finder(ctx)
+        found = finder(ctx, kind)
         if found is not None:
             return found
     return None

@@ -109,12 +109,26 @@ class Pending:
 
 
 class StreamPending(Pending):
-    __slots__ = ("meter", "busy")
+    __slots__ = ("meter", "busy", "items")
 
     def __init__(self, call: ProviderCall, owner: Any, meter: Meter) -> None:
         super().__init__(call, owner)
         self.meter = meter
         self.busy = 0  # inside the stream's own next(): a close() from there is its end, not ours
+        self.items = 0
+
+    def feed(self, item: Any) -> None:
+        self.items += 1
+        self.meter.feed(item)
+
+    def error(self, exc: BaseException) -> None:
+        """The stream raised: a request that failed before anything came back is a failed call
+        (nothing generated, nothing billed); one that failed half-way keeps its reservation."""
+        if self.items == 0 and isinstance(exc, Exception) and not isinstance(exc, StopIteration):
+            if self._take():
+                self.call.failed(exc)
+        else:
+            self.stop()
 
     def end(self) -> None:
         if self._take():
@@ -136,9 +150,9 @@ class StreamPending(Pending):
 
 
 class Observed:
-    """The replacement ``_iterator`` of a sync stream."""
+    """The replacement ``_iterator`` of a sync stream (or, from :func:`metered`, the stream itself)."""
 
-    __slots__ = ("inner", "pending")
+    __slots__ = ("inner", "pending", "__weakref__")
 
     def __init__(self, inner: Iterator[Any], pending: StreamPending) -> None:
         self.inner = inner
@@ -153,10 +167,10 @@ class Observed:
         except StopIteration:
             self.pending.end()
             raise
-        except BaseException:
-            self.pending.stop()
+        except BaseException as exc:
+            self.pending.error(exc)
             raise
-        self.pending.meter.feed(item)
+        self.pending.feed(item)
         return item
 
     def close(self) -> None:
@@ -167,9 +181,9 @@ class Observed:
 
 
 class AsyncObserved:
-    """The replacement ``_iterator`` of an async stream."""
+    """The replacement ``_iterator`` of an async stream (or, from :func:`metered`, the stream itself)."""
 
-    __slots__ = ("inner", "pending")
+    __slots__ = ("inner", "pending", "__weakref__")
 
     def __init__(self, inner: AsyncIterator[Any], pending: StreamPending) -> None:
         self.inner = inner
@@ -184,10 +198,10 @@ class AsyncObserved:
         except StopAsyncIteration:
             self.pending.end()
             raise
-        except BaseException:
-            self.pending.stop()
+        except BaseException as exc:
+            self.pending.error(exc)
             raise
-        self.pending.meter.feed(item)
+        self.pending.feed(item)
         return item
 
     async def aclose(self) -> None:
@@ -227,6 +241,17 @@ def watched(stream: Any) -> StreamPending | None:
         return None
     pending = _watched.get(stream)
     return pending if pending is not None and not pending.done else None
+
+
+def metered(call: ProviderCall, inner: Any, meter: Meter) -> Observed | AsyncObserved:
+    """A plain iterator (or async iterator) over ``inner`` that meters it and settles ``call``, for
+    SDKs whose streams are bare generators (Google GenAI): the iterator is what the SDK iterates."""
+    if hasattr(inner, "__anext__"):
+        wrapper: Observed | AsyncObserved = AsyncObserved(inner, None)  # type: ignore[arg-type]
+    else:
+        wrapper = Observed(inner, None)  # type: ignore[arg-type]
+    wrapper.pending = StreamPending(call, wrapper, meter)
+    return wrapper
 
 
 def pending_of(stream: Any) -> StreamPending | None:

@@ -179,12 +179,12 @@ def _wrap_next(original: Any) -> Any:
         except StopIteration:
             pending.end()
             raise
-        except BaseException:
-            pending.stop()
+        except BaseException as exc:
+            pending.error(exc)
             raise
         finally:
             pending.busy -= 1
-        pending.meter.feed(item)
+        pending.feed(item)
         return item
 
     return __next__
@@ -201,12 +201,12 @@ def _wrap_anext(original: Any) -> Any:
         except StopAsyncIteration:
             pending.end()
             raise
-        except BaseException:
-            pending.stop()
+        except BaseException as exc:
+            pending.error(exc)
             raise
         finally:
             pending.busy -= 1
-        pending.meter.feed(item)
+        pending.feed(item)
         return item
 
     return __anext__

@@ -34,6 +34,8 @@ INSTRUMENTORS: dict[str, Instrumentor] = {
     "openai": Instrumentor("openai", "openai", "openai"),
     "anthropic": Instrumentor("anthropic", "anthropic", "anthropic"),
     "litellm": Instrumentor("litellm", "litellm", "litellm"),
+    "google-genai": Instrumentor("google_genai", "google.genai", "google-genai"),
+    "mcp": Instrumentor("mcp", "mcp", "mcp"),
 }
 
 

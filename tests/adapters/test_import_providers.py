@@ -31,6 +31,8 @@ ADAPTERS = [
     ("openai", "openai", "openai"),
     ("anthropic", "anthropic", "anthropic"),
     ("litellm", "litellm", "litellm"),
+    ("google_genai", "google", "google-genai"),
+    ("mcp", "mcp", "mcp"),
 ]
 
 

@@ -34,7 +34,13 @@ IDS = ["openai-sdk", "anthropic-http"]
 
 
 def _args(server: FakeProvider, model: str, base: str, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": MESSAGES, "api_base": getattr(server, base), "api_key": "test", **extra}
+    return {
+        "model": model,
+        "messages": MESSAGES,
+        "api_base": getattr(server, base),
+        "api_key": "test",
+        **extra,
+    }
 
 
 def plain(server: FakeProvider, model: str, base: str) -> Any:
@@ -42,7 +48,9 @@ def plain(server: FakeProvider, model: str, base: str) -> Any:
 
 
 def streamed(server: FakeProvider, model: str, base: str) -> Any:
-    stream = litellm.completion(**_args(server, model, base, stream=True, stream_options={"include_usage": True}))
+    stream = litellm.completion(
+        **_args(server, model, base, stream=True, stream_options={"include_usage": True})
+    )
     return [chunk for chunk in stream]
 
 
@@ -51,7 +59,9 @@ async def aplain(server: FakeProvider, model: str, base: str) -> Any:
 
 
 async def astreamed(server: FakeProvider, model: str, base: str) -> Any:
-    stream = await litellm.acompletion(**_args(server, model, base, stream=True, stream_options={"include_usage": True}))
+    stream = await litellm.acompletion(
+        **_args(server, model, base, stream=True, stream_options={"include_usage": True})
+    )
     return [chunk async for chunk in stream]
 
 
@@ -104,7 +114,9 @@ def test_litellm_alone_counts_each_call_once(server: FakeProvider) -> None:
     assert server.count() == 1 and ctx.get_snapshot().step_count == 1
 
 
-def test_a_halt_below_litellm_is_not_turned_into_a_litellm_error(server: FakeProvider, instrumented: None) -> None:
+def test_a_halt_below_litellm_is_not_turned_into_a_litellm_error(
+    server: FakeProvider, instrumented: None
+) -> None:
     server.fail_next(3, 429)
     with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=0)) as ctx:
         with pytest.raises(ExecutionHalted) as halted:
@@ -113,9 +125,13 @@ def test_a_halt_below_litellm_is_not_turned_into_a_litellm_error(server: FakePro
     assert server.count() == 1 and ctx.get_snapshot().step_count == 1  # the retry was never sent
 
 
-def test_streams_left_open_are_settled_when_the_context_ends(server: FakeProvider, instrumented: None) -> None:
+def test_streams_left_open_are_settled_when_the_context_ends(
+    server: FakeProvider, instrumented: None
+) -> None:
     with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=0)) as ctx:
-        stream = litellm.completion(**_args(server, "anthropic/claude-haiku-4-5", "anthropic_url", stream=True))
+        stream = litellm.completion(
+            **_args(server, "anthropic/claude-haiku-4-5", "anthropic_url", stream=True)
+        )
         next(stream)
         closed = litellm.completion(**_args(server, "openai/gpt-4o-mini", "openai_url", stream=True))
         next(closed)
@@ -143,7 +159,9 @@ async def test_concurrent_tasks_never_overshoot(server: FakeProvider, instrument
     worst = price_usage(TokenUsage(8, 10_000), "gpt-4o-mini", "openai")
     budget = 10.5 * worst
     server.hold()
-    async with ExecutionContext(ExecutionConfig(max_cost_usd=budget, max_steps=500, max_retries_total=0)) as ctx:
+    async with ExecutionContext(
+        ExecutionConfig(max_cost_usd=budget, max_steps=500, max_retries_total=0)
+    ) as ctx:
 
         async def one() -> bool:
             try:

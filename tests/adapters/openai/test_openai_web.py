@@ -63,7 +63,9 @@ def _fastapi(server: FakeProvider, **options: Any) -> FastAPI:
         async def tokens() -> AsyncIterator[str]:
             async with openai.AsyncOpenAI(**args) as aclient:
                 for _ in range(10):
-                    stream = await aclient.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+                    stream = await aclient.chat.completions.create(
+                        model=MODEL, messages=MESSAGES, stream=True
+                    )
                     async for chunk in stream:
                         if chunk.choices and chunk.choices[0].delta.content:
                             yield chunk.choices[0].delta.content

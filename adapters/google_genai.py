@@ -1,0 +1,216 @@
+"""Google GenAI (``google-genai``) instrumentation: every ``generateContent`` request is one step.
+
+``veronica_mw.instrument("google-genai")`` wraps the per-request methods of ``client.models`` and
+``client.aio.models`` (``Models._generate_content`` / ``_generate_content_stream`` and their async
+twins). Everything that sends a request goes through them — ``generate_content``,
+``generate_content_stream``, each request of automatic function calling and of automatic
+continuation — so each request is one step, admitted before it is sent with its worst case
+reserved (estimated prompt tokens plus ``config.max_output_tokens``, or the configured default) and
+settled with its ``usage_metadata`` (thinking tokens are billed as output, cached tokens at the
+cache price), priced for the model version it reports. A stream is the SDK's own generator,
+metered on its way and settled when it ends, is closed, is abandoned or its context ends; a refused
+stream request raises when iteration starts, which is when it would have been sent. Tested with
+google-genai 3.x.
+"""
+
+from __future__ import annotations
+
+from .. import MissingFrameworkError
+
+try:
+    from google.genai import models as _models
+except ImportError as exc:
+    raise MissingFrameworkError("google-genai", "google-genai", exc) from exc
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ..kernel.pricing import TokenUsage
+from . import _provider_streams as streams
+from ._provider_calls import Outcome, Plan, ProviderCall, begin, context_now, text_tokens
+from ._provider_calls import limit as _limit
+from ._provider_patch import Patches
+
+__all__ = ["instrument", "instrumented", "tokens", "uninstrument"]
+
+PROVIDER = "google"
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def tokens(usage: Any) -> TokenUsage | None:
+    """``usage_metadata`` as the kernel counts it: thinking tokens are output, cached ones cache reads."""
+    if usage is None:
+        return None
+    prompt = _get(usage, "prompt_token_count")
+    candidates = _get(usage, "candidates_token_count")
+    if prompt is None and candidates is None:
+        return None
+    output = _count(candidates) + _count(_get(usage, "thoughts_token_count"))
+    prompt_total = _count(prompt) + _count(_get(usage, "tool_use_prompt_token_count"))
+    return TokenUsage(prompt_total, output, _count(_get(usage, "cached_content_token_count")))
+
+
+def _text_chars(response: Any) -> int:
+    chars = 0
+    for candidate in _get(response, "candidates") or ():
+        for part in _get(_get(candidate, "content"), "parts") or ():
+            text = _get(part, "text")
+            chars += len(text) if isinstance(text, str) else 0
+    return chars
+
+
+def _outcome(response: Any) -> Outcome:
+    model = _get(response, "model_version")
+    return (
+        tokens(_get(response, "usage_metadata")),
+        model if isinstance(model, str) else None,
+        _text_chars(response),
+    )
+
+
+class _Meter(streams.Meter):
+    """Stream chunks carry cumulative ``usage_metadata``; the last one (with a finish reason) is final."""
+
+    __slots__ = ()
+
+    def feed(self, chunk: Any) -> None:
+        usage = tokens(getattr(chunk, "usage_metadata", None))
+        if usage is not None:
+            self.tokens = usage
+        model = getattr(chunk, "model_version", None)
+        if isinstance(model, str) and model:
+            self.model = model
+        self.chars += _text_chars(chunk)
+        for candidate in getattr(chunk, "candidates", None) or ():
+            if getattr(candidate, "finish_reason", None) is not None and self.tokens is not None:
+                self.final = True
+
+
+def _plan(kwargs: Mapping[str, Any]) -> Plan:
+    model = kwargs.get("model")
+    name = model.rsplit("/", 1)[-1] if isinstance(model, str) else None  # "models/gemini-2.0-flash"
+    config = kwargs.get("config")
+    limits: dict[str, Any] = (
+        {"max_output_tokens": _get(config, "max_output_tokens")} if config is not None else {}
+    )
+    candidates = _get(config, "candidate_count") if config is not None else None
+    n = (
+        candidates
+        if isinstance(candidates, int) and not isinstance(candidates, bool) and candidates > 1
+        else 1
+    )
+    extra = (_get(config, "system_instruction"), _get(config, "tools")) if config is not None else ()
+    tokens_in = text_tokens(kwargs.get("contents"), *extra)
+    return Plan(
+        "google_genai.generate_content", name, PROVIDER, tokens_in, _limit(limits, "max_output_tokens") * n
+    )
+
+
+def _wrap_generate(original: Any) -> Any:
+    def _generate_content(self: Any, **kwargs: Any) -> Any:
+        ctx = context_now()
+        if ctx is None:
+            return original(self, **kwargs)
+        call = begin(ctx, _plan(kwargs))
+        try:
+            response = original(self, **kwargs)
+        except BaseException as exc:
+            call.failed(exc)
+            raise
+        if call.own:
+            call.finish(_outcome(response), response)
+        return response
+
+    return _generate_content
+
+
+def _wrap_agenerate(original: Any) -> Any:
+    async def _generate_content(self: Any, **kwargs: Any) -> Any:
+        ctx = context_now()
+        if ctx is None:
+            return await original(self, **kwargs)
+        call = begin(ctx, _plan(kwargs))
+        try:
+            response = await original(self, **kwargs)
+        except BaseException as exc:
+            call.failed(exc)
+            raise
+        if call.own:
+            await call.afinish(_outcome(response), response)
+        return response
+
+    return _generate_content
+
+
+def _observed(call: ProviderCall, stream: Any) -> Any:
+    return streams.metered(call, stream, _Meter()) if call.own else stream
+
+
+def _wrap_stream(original: Any) -> Any:
+    # Called when the caller's stream generator starts (SDK generators run lazily): the request
+    # is sent on the first next() of ``original``'s generator, right after this admission.
+    def _generate_content_stream(self: Any, **kwargs: Any) -> Any:
+        ctx = context_now()
+        if ctx is None:
+            return original(self, **kwargs)
+        call = begin(ctx, _plan(kwargs))
+        return _observed(call, original(self, **kwargs))
+
+    return _generate_content_stream
+
+
+def _wrap_astream(original: Any) -> Any:
+    async def _generate_content_stream(self: Any, **kwargs: Any) -> Any:
+        ctx = context_now()
+        if ctx is None:
+            return await original(self, **kwargs)
+        call = begin(ctx, _plan(kwargs))
+        try:
+            stream = await original(self, **kwargs)  # the request is sent here
+        except BaseException as exc:
+            call.failed(exc)
+            raise
+        return _observed(call, stream)
+
+    return _generate_content_stream
+
+
+_lock = threading.Lock()
+_patches: Patches | None = None
+
+
+def instrument() -> None:
+    """Patch google-genai (idempotent); see the module docstring."""
+    global _patches
+    with _lock:
+        if _patches is not None:
+            return
+        patches = Patches()
+        sync_models = getattr(_models, "Models", None)
+        async_models = getattr(_models, "AsyncModels", None)
+        patches.wrap(sync_models, "_generate_content", _wrap_generate)
+        patches.wrap(sync_models, "_generate_content_stream", _wrap_stream)
+        patches.wrap(async_models, "_generate_content", _wrap_agenerate)
+        patches.wrap(async_models, "_generate_content_stream", _wrap_astream)
+        _patches = patches
+
+
+def uninstrument() -> None:
+    """Restore google-genai (idempotent); streams already open still settle."""
+    global _patches
+    with _lock:
+        if _patches is not None:
+            _patches.undo()
+            _patches = None
+
+
+def instrumented() -> bool:
+    return _patches is not None
