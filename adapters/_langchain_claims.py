@@ -59,3 +59,12 @@ def adopt(ctx: ExecutionContext, kind: str, run_id: Hashable) -> CallNode | None
         elif claim.run_id != run_id:
             return None
     return claim.node
+
+
+def claimed_for(ctx: ExecutionContext, kind: str, run_id: Hashable) -> CallNode | None:
+    """The claimed step already bound to LangChain run ``run_id`` (for the provider instrumentation
+    underneath that run), if any."""
+    claim = _current.get()
+    if claim is None or claim.ctx is not ctx or claim.node.kind != kind or claim.node.settled:
+        return None
+    return claim.node if claim.run_id == run_id else None

@@ -134,8 +134,8 @@ class ProviderCall:
 
     ``own``: the step was begun for this request, which settles it. An adopted step (``own`` false)
     belongs to the layer above, which settles it with what it got back (and runs the output checks
-    there, where a framework can act on them); this request only tops up its reservation before
-    sending and draws its retries.
+    there, where a framework can act on them); this request tops up its reservation before sending,
+    draws its retries and reports the usage it saw (``CallNode.reported_usage``).
     """
 
     __slots__ = ("ctx", "node", "plan", "own", "retry_error")
@@ -202,7 +202,11 @@ class ProviderCall:
     def finish(self, outcome: Outcome, result: Any = _UNSET, *, complete: bool = True) -> None:
         """Settle with what the provider reported. ``complete``: the response was read to its end,
         so missing usage is estimated from the text; otherwise the reservation counts as spent.
-        With ``result`` the context's output checks run on it (and may raise OutputRejected)."""
+        With ``result`` the context's output checks run on it (and may raise OutputRejected).
+        An adopted step is only told the usage (``reported_usage``): its own layer settles it."""
+        if not self.own:
+            self._report(outcome, complete)
+            return
         cost = self._cost(outcome, complete)
         if cost is None:
             return
@@ -214,20 +218,18 @@ class ProviderCall:
 
     async def afinish(self, outcome: Outcome, result: Any) -> None:
         """:meth:`finish` for async calls: async output checks are awaited."""
+        if not self.own:
+            self._report(outcome, True)
+            return
         cost = self._cost(outcome, True)
         if cost is not None:
             self.record_response(result)
             await self.node.acommit(result, cost_usd=cost[0], model=cost[1])
 
-    def _cost(self, outcome: Outcome, complete: bool) -> tuple[float, str | None] | None:
-        """What the call cost and the model it reported (None: it was settled already). Sets the
-        node's token counts and model name for observers."""
-        node = self.node
-        if node.settled:
-            return None
+    def _tokens(self, outcome: Outcome, complete: bool) -> TokenUsage | None:
         tokens, model, chars = outcome
-        plan = self.plan
         if tokens is None and complete:
+            plan = self.plan
             tokens = TokenUsage(plan.input_tokens, -(-chars // 4))
             self.ctx.add_event(
                 "usage_estimated",
@@ -235,6 +237,26 @@ class ProviderCall:
                 f"{tokens.output_tokens} out",
                 model=model or plan.model,
             )
+        return tokens
+
+    def _report(self, outcome: Outcome, complete: bool) -> None:
+        """Give the layer above, which settles the adopted step, the usage this request saw (used
+        when that layer has none of its own, e.g. a framework's stream without usage)."""
+        if self.node.settled:
+            return
+        tokens = self._tokens(outcome, complete)
+        if tokens is not None:
+            self.node.reported_usage = (tokens, outcome[1] or self.plan.model)
+
+    def _cost(self, outcome: Outcome, complete: bool) -> tuple[float, str | None] | None:
+        """What the call cost and the model it reported (None: it was settled already). Sets the
+        node's token counts and model name for observers."""
+        node = self.node
+        if node.settled:
+            return None
+        tokens = self._tokens(outcome, complete)
+        model = outcome[1]
+        plan = self.plan
         if tokens is None:
             return node.reserved_usd, model
         priced = price(tokens, (model, plan.model), plan.provider)

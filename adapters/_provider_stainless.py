@@ -51,10 +51,7 @@ class Endpoints(Protocol):
 
 
 def _route(call: ProviderCall, endpoint: Endpoint, result: Any, stream: bool, sdk: SDK) -> Outcome | None:
-    """The outcome to settle ``call`` with now, or None when a stream or raw wrapper settles it later
-    (or the layer above does: an adopted step)."""
-    if not call.own:
-        return None
+    """The outcome to settle ``call`` with now, or None when a stream or raw wrapper settles it later."""
     try:
         if isinstance(result, sdk.stream_types):
             streams.observe(call, result, endpoint.meter())

@@ -125,8 +125,7 @@ def _wrap_generate(original: Any) -> Any:
         except BaseException as exc:
             call.failed(exc)
             raise
-        if call.own:
-            call.finish(_outcome(response), response)
+        call.finish(_outcome(response), response)
         return response
 
     return _generate_content
@@ -143,15 +142,14 @@ def _wrap_agenerate(original: Any) -> Any:
         except BaseException as exc:
             call.failed(exc)
             raise
-        if call.own:
-            await call.afinish(_outcome(response), response)
+        await call.afinish(_outcome(response), response)
         return response
 
     return _generate_content
 
 
 def _observed(call: ProviderCall, stream: Any) -> Any:
-    return streams.metered(call, stream, _Meter()) if call.own else stream
+    return streams.metered(call, stream, _Meter())
 
 
 def _wrap_stream(original: Any) -> Any:

@@ -45,8 +45,10 @@ from .. import (
     get_current_execution_context,
 )
 from ..kernel.context import current_context
+from . import _provider_claims
 from ._langchain_async import VeronicaAsyncCallbackHandler, _running_loop
 from ._langchain_handler import COST_HINT_METADATA_KEY, VeronicaCallbackHandler
+from ._langchain_provider import enclosing_run
 
 if TYPE_CHECKING:
     from ._langchain_agent import VeronicaAgentMiddleware
@@ -148,6 +150,8 @@ class _ConfigureHook:
 # Inheritable: child runs (a chain's model, a graph's nodes) get the handler too, and their own
 # configure step consults the hook again (a context entered inside a run is picked up there).
 register_configure_hook(_ConfigureHook(), inheritable=True)  # type: ignore[arg-type]
+# Provider SDK requests made by a model run (ChatOpenAI, ChatAnthropic, ...) adopt the run's step.
+_provider_claims.register(enclosing_run)
 
 
 _EXPECTED = tuple(f"{cls.__name__}(" for cls in (ExecutionHalted, OutputRejected, ToolCallRejected))

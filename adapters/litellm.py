@@ -114,8 +114,6 @@ def _halted_from(ctx: ExecutionContext, exc: BaseException) -> BaseException:
 
 
 def _returned(call: ProviderCall, result: Any) -> Any:
-    if not call.own:
-        return None  # the layer above settles its step
     if isinstance(result, CustomStreamWrapper):
         streams.watch(call, result, _ChunkMeter())
         return None

@@ -539,10 +539,15 @@ class _Handler(BaseHTTPRequestHandler):
             if not self._event(event, event["type"]):
                 return
         tokens_out = self.fake._report("/v1/messages", model, body, True)[1]
-        delta = {
+        delta = {  # cumulative usage, the input included, as the Messages API sends it
             "type": "message_delta",
             "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-            "usage": {"output_tokens": tokens_out},
+            "usage": {
+                "input_tokens": tokens_in,
+                "output_tokens": tokens_out,
+                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": 0,
+            },
         }
         if self._event(delta, "message_delta") and self._event({"type": "message_stop"}, "message_stop"):
             self._end_sse()

@@ -390,6 +390,9 @@ class Ledger(SoftLimits):
             if found_model and not node.response_model:
                 node.response_model = found_model
             model = model or found_model
+        if tokens is None and node.reported_usage is not None:
+            tokens, reported_model = node.reported_usage
+            model = model or reported_model
         if tokens is None:
             return node.reserved_usd
         node.tokens_in, node.tokens_out = tokens.input_tokens, tokens.output_tokens

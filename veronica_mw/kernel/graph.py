@@ -57,6 +57,7 @@ class CallNode:
         "fallback_model",
         "edited_arguments",
         "checks",
+        "reported_usage",
         "io",
         "_ctx",
         "_options",
@@ -90,6 +91,9 @@ class CallNode:
         self.edited_arguments: Any = None
         # What the output checks said about a model call (``CheckResult`` objects).
         self.checks: tuple[Any, ...] = ()
+        # Usage a layer underneath the one settling this call saw (a provider SDK's response under a
+        # framework's model run): priced when the settling layer itself reports none.
+        self.reported_usage: tuple[TokenUsage, str | None] | None = None
         # Request/response bodies, a dict only when an observer asked for them (see record_io).
         self.io: dict[str, Any] | None = None
         self._ctx: ExecutionContext | None = None
