@@ -26,6 +26,7 @@ except ImportError as _exc:
 from typing import Any
 
 from .. import CallNode, ContextBinding, ExecutionConfig, ExecutionContext, ExecutionHalted, WrapOptions
+from . import _provider_claims
 
 __all__ = ["VeronicaMiddleware"]
 
@@ -114,7 +115,8 @@ class _VeronicaTurn(BaseMiddleware):  # type: ignore[misc, unused-ignore]
             return await call_next(events, context)
         node = await ctx.abegin_call("llm", self._llm_options)  # raises: the model is not called
         try:
-            response = await call_next(events, context)
+            with _provider_claims.offered(node):  # the provider SDK request underneath is this step
+                response = await call_next(events, context)
         except Exception as exc:
             await node.afail(exc)
             raise

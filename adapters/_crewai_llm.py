@@ -23,7 +23,8 @@ from typing import Any
 from crewai.llms.base_llm import BaseLLM
 from crewai.types.usage_metrics import UsageMetrics
 
-from .. import TokenUsage
+from .. import CallNode, ExecutionContext, TokenUsage
+from . import _provider_claims
 from ._crewai_calls import Call, begin, installed, llm_call, lock, raise_if_halted
 
 _MARK = "__veronica_crewai__"
@@ -109,6 +110,21 @@ def _sum_usage(reports: list[Mapping[str, Any]]) -> TokenUsage | None:
                 total.cache_write_tokens + part.cache_write_tokens,
             )
     return total
+
+
+def _enclosing_llm(ctx: ExecutionContext, kind: str) -> CallNode | None:
+    """For the provider SDK instrumentation: the step of the CrewAI LLM call a request is sent in
+    (CrewAI's native OpenAI/Anthropic providers call those SDKs inside ``call``), in ``ctx``."""
+    call = llm_call.get() if kind == "llm" else None
+    if call is None or call.state != "running":
+        return None
+    for node in call.nodes:
+        if node.context is ctx:
+            return node
+    return None
+
+
+_provider_claims.register(_enclosing_llm)
 
 
 def _wrap_sync(original: Callable[..., Any]) -> Callable[..., Any]:

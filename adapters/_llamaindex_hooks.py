@@ -28,6 +28,7 @@ from llama_index.core.tools.types import BaseTool, ToolOutput
 
 from .. import CallNode, ExecutionContext, ExecutionHalted, ToolCallRejected, WrapOptions
 from ..kernel.pricing import extract_usage, usage_from_mapping
+from . import _provider_claims
 
 logger = logging.getLogger("veronica_mw.adapters.llamaindex")
 
@@ -122,6 +123,26 @@ def _enclosing_key(own_event_id: str) -> Hashable:
                 return entry[1]
         frame = frame.f_back  # type: ignore[assignment]
     return ("llamaindex.llm", own_event_id)
+
+
+def enclosing_llm_key(ctx: ExecutionContext, kind: str) -> Hashable | None:
+    """For the provider SDK instrumentation: the key of the LLM event a request is sent inside
+    (LlamaIndex's ``OpenAI`` calls the OpenAI SDK within its ``chat``), found like
+    :func:`_enclosing_key`; the kernel hands back the open step for it, so the call counts once."""
+    if kind != "llm" or not _open:
+        return None
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename == _CALLBACKS_FILE:
+            outer = frame.f_locals.get("event_id")
+            entry = _open.get(outer) if isinstance(outer, str) else None
+            if entry is not None:
+                return entry[1]
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+_provider_claims.register(enclosing_llm_key)
 
 
 def _response_usage(response: Any) -> tuple[Any, str | None]:

@@ -14,7 +14,7 @@ from langchain_openai import ChatOpenAI
 import veronica_mw.adapters.langchain  # noqa: F401  (zero-config: runs in a context are contained)
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
 
-from ...support.fake_provider import FakeProvider, cost_of
+from ....support.fake_provider import FakeProvider, cost_of
 
 LIMITS = ExecutionConfig(max_cost_usd=1.0, max_steps=4, max_retries_total=0)
 
@@ -23,7 +23,11 @@ def _models(server: FakeProvider) -> list[tuple[BaseChatModel, str]]:
     return [
         (
             ChatOpenAI(  # type: ignore[arg-type]
-                model="gpt-4o-mini", base_url=server.openai_url, api_key="test", max_retries=0, stream_usage=True
+                model="gpt-4o-mini",
+                base_url=server.openai_url,
+                api_key="test",
+                max_retries=0,
+                stream_usage=True,
             ),
             "openai",
         ),
