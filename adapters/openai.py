@@ -48,9 +48,29 @@ def _model(obj: Any) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def _usage(obj: Any) -> TokenUsage | None:
+    """The usage of a response or stream chunk. The SDK's usage objects are read by their own field
+    names (a missing attribute on a pydantic model costs microseconds); dicts (raw JSON) generically."""
     raw = _get(obj, "usage")
-    return usage_from_mapping(raw) if raw is not None else None
+    if raw is None:
+        return None
+    if isinstance(raw, Mapping):
+        return usage_from_mapping(raw)
+    fields = getattr(type(raw), "model_fields", None) or {}
+    if "prompt_tokens" in fields:  # chat completions, embeddings, legacy completions
+        details = raw.prompt_tokens_details if "prompt_tokens_details" in fields else None
+        cached = getattr(details, "cached_tokens", None) if details is not None else None
+        output = raw.completion_tokens if "completion_tokens" in fields else 0
+        return TokenUsage(_count(raw.prompt_tokens), _count(output), _count(cached))
+    if "input_tokens" in fields:  # Responses API
+        details = raw.input_tokens_details if "input_tokens_details" in fields else None
+        cached = getattr(details, "cached_tokens", None) if details is not None else None
+        return TokenUsage(_count(raw.input_tokens), _count(raw.output_tokens), _count(cached))
+    return usage_from_mapping(raw)
 
 
 # -- chat completions -----------------------------------------------------------------------------
@@ -68,9 +88,8 @@ class _ChatMeter(Meter):
     __slots__ = ()
 
     def feed(self, chunk: Any) -> None:
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:  # only when the caller asked for it (stream_options.include_usage)
-            self.tokens = usage_from_mapping(usage)
+        if getattr(chunk, "usage", None) is not None:  # only if asked for (stream_options.include_usage)
+            self.tokens = _usage(chunk)
             self.final = self.tokens is not None
         if self.model is None:
             self.model = _model(chunk)
@@ -128,9 +147,8 @@ class _CompletionsMeter(_ChatMeter):
     __slots__ = ()
 
     def feed(self, chunk: Any) -> None:
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
-            self.tokens = usage_from_mapping(usage)
+        if getattr(chunk, "usage", None) is not None:
+            self.tokens = _usage(chunk)
             self.final = self.tokens is not None
         self.model = self.model or _model(chunk)
         for choice in getattr(chunk, "choices", None) or ():

@@ -240,6 +240,7 @@ def _handler_for(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes: no 40 ms delayed ACKs
     fake: FakeProvider
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
