@@ -1,8 +1,8 @@
 """Provider SDK instrumentation overhead per call. Prints JSON; ``python benchmarks/bench_providers.py``.
 
 ``--quick`` for a smoke run. Needs the ``openai`` SDK (``pip install "veronica-mw[openai]"``).
-Figures are the best of several
-repeats, in microseconds per ``chat.completions.create`` call unless named ``_ns``:
+Figures are the best of several repeats, in microseconds per ``chat.completions.create`` call
+unless named ``_ns``:
 
 * ``passthrough_ns``: what the patched ``request`` adds outside any context (the check for a
   current context and one extra Python call), measured around a request that does nothing, so
