@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Hashable
+from types import FrameType
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
@@ -44,6 +45,7 @@ def _kind(manager: object) -> str | None:
 
 def enclosing_run(ctx: ExecutionContext, kind: str) -> CallNode | Hashable | None:
     """The step of the LangChain run of ``kind`` this call is made inside: the node, or its key."""
+    frame: FrameType | None
     try:
         frame = sys._getframe(2)
     except ValueError:  # pragma: no cover - called from the top of a stack
@@ -54,7 +56,7 @@ def enclosing_run(ctx: ExecutionContext, kind: str) -> CallNode | Hashable | Non
         if "run_manager" in frame.f_code.co_varnames:
             manager = frame.f_locals.get("run_manager")
             if manager is not None and _kind(manager) == kind:
-                run_id = manager.run_id  # type: ignore[attr-defined]
+                run_id = manager.run_id
                 node = claimed_for(ctx, kind, run_id)
                 return node if node is not None else run_id
         frame = frame.f_back

@@ -10,30 +10,32 @@ import pytest
 from langchain_anthropic import ChatAnthropic
 from langchain_core.language_models import BaseChatModel
 from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
 import veronica_mw.adapters.langchain  # noqa: F401  (zero-config: runs in a context are contained)
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
 
 from ....support.fake_provider import FakeProvider, cost_of
 
+KEY = SecretStr("test")
 LIMITS = ExecutionConfig(max_cost_usd=1.0, max_steps=4, max_retries_total=0)
 
 
 def _models(server: FakeProvider) -> list[tuple[BaseChatModel, str]]:
     return [
         (
-            ChatOpenAI(  # type: ignore[arg-type]
+            ChatOpenAI(
                 model="gpt-4o-mini",
                 base_url=server.openai_url,
-                api_key="test",
+                api_key=KEY,
                 max_retries=0,
                 stream_usage=True,
             ),
             "openai",
         ),
         (
-            ChatAnthropic(  # type: ignore[call-arg]
-                model="claude-haiku-4-5", base_url=server.anthropic_url, api_key="test", max_retries=0
+            ChatAnthropic(  # type: ignore[call-arg]  # model is an alias of model_name
+                model="claude-haiku-4-5", base_url=server.anthropic_url, api_key=KEY, max_retries=0
             ),
             "anthropic",
         ),
@@ -68,7 +70,7 @@ async def test_async_calls_are_one_step_each(server: FakeProvider, sdks: None, w
 
 
 def test_the_run_step_is_reserved_at_the_requests_worst_case(server: FakeProvider, sdks: None) -> None:
-    model = ChatOpenAI(model="gpt-4o-mini", base_url=server.openai_url, api_key="test", max_retries=0)  # type: ignore[arg-type]
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=server.openai_url, api_key=KEY, max_retries=0)
     capped: Any = model.bind(max_tokens=100_000)  # ~$0.06 worst case at gpt-4o-mini prices
     with ExecutionContext(ExecutionConfig(max_cost_usd=0.05, max_steps=5, max_retries_total=0)) as ctx:
         with pytest.raises(ExecutionHalted, match="budget_exceeded"):
@@ -81,7 +83,7 @@ def test_agent_middleware_steps_are_adopted(server: FakeProvider, sdks: None) ->
 
     from veronica_mw.adapters.langchain import VeronicaAgentMiddleware
 
-    model = ChatOpenAI(model="gpt-4o-mini", base_url=server.openai_url, api_key="test", max_retries=0)  # type: ignore[arg-type]
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=server.openai_url, api_key=KEY, max_retries=0)
     agent = create_agent(model=model, tools=[], middleware=[VeronicaAgentMiddleware()])
     with ExecutionContext(LIMITS) as ctx:
         agent.invoke({"messages": [{"role": "user", "content": "hi"}]})
@@ -90,7 +92,7 @@ def test_agent_middleware_steps_are_adopted(server: FakeProvider, sdks: None) ->
 
 
 def test_a_stream_without_usage_is_charged_what_the_sdk_layer_saw(server: FakeProvider, sdks: None) -> None:
-    model = ChatOpenAI(model="gpt-4o-mini", base_url=server.openai_url, api_key="test", max_retries=0)  # type: ignore[arg-type]
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=server.openai_url, api_key=KEY, max_retries=0)
     with ExecutionContext(LIMITS) as ctx:
         text = "".join(str(chunk.content) for chunk in model.stream("stream me"))
     (node,) = ctx.graph.nodes()
