@@ -30,9 +30,9 @@ def client(server: FakeProvider, instrumented: None) -> Iterator[anthropic.Anthr
 
 
 @pytest.fixture
-async def aclient(server: FakeProvider, instrumented: None) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    async with anthropic.AsyncAnthropic(base_url=server.anthropic_url, api_key="test", max_retries=0) as sdk:
-        yield sdk
+def aclient(server: FakeProvider, instrumented: None) -> anthropic.AsyncAnthropic:
+    """An async client; a test closes it in its own event loop (``await aclient.close()``)."""
+    return anthropic.AsyncAnthropic(base_url=server.anthropic_url, api_key="test", max_retries=0)
 
 
 @pytest.fixture

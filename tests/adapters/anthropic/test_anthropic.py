@@ -130,6 +130,7 @@ async def test_async_shape(aclient: anthropic.AsyncAnthropic, server: FakeProvid
         with pytest.raises(ExecutionHalted):
             await shape.async_(aclient)
     _check(ctx, server)
+    await aclient.close()
 
 
 def test_the_reservation_is_the_worst_case(client: anthropic.Anthropic, server: FakeProvider) -> None:

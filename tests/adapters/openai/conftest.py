@@ -30,9 +30,9 @@ def client(server: FakeProvider, instrumented: None) -> Iterator[openai.OpenAI]:
 
 
 @pytest.fixture
-async def aclient(server: FakeProvider, instrumented: None) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=0) as sdk:
-        yield sdk
+def aclient(server: FakeProvider, instrumented: None) -> openai.AsyncOpenAI:
+    """An async client; a test closes it in its own event loop (``await aclient.close()``)."""
+    return openai.AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
 
 
 @pytest.fixture

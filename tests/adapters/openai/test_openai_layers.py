@@ -45,6 +45,7 @@ async def test_acall_llm_around_the_async_sdk_is_one_step(
     async with ExecutionContext(LIMITS) as ctx:
         await ctx.acall_llm(aclient.chat.completions.create, model=MODEL, messages=MESSAGES)
     assert server.count() == 1 and ctx.get_snapshot().step_count == 1
+    await aclient.close()
 
 
 def test_the_adopted_step_is_topped_up_to_the_worst_case(client: openai.OpenAI, server: FakeProvider) -> None:

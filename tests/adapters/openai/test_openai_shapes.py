@@ -232,6 +232,7 @@ async def test_async_shape_counts_and_refuses_before_sending(
         with pytest.raises(ExecutionHalted):
             await shape.async_(aclient)
     _check(ctx, server, shape)
+    await aclient.close()
 
 
 def test_results_are_the_sdks_own(client: openai.OpenAI) -> None:
@@ -306,6 +307,7 @@ async def test_output_checks_on_async_calls(aclient: openai.AsyncOpenAI) -> None
         with pytest.raises(OutputRejected):
             await _achat(aclient)
     assert ctx.graph.nodes()[0].status == "ok"
+    await aclient.close()
 
 
 def test_steps_say_which_gen_ai_operation_they_are(client: openai.OpenAI) -> None:

@@ -123,6 +123,7 @@ async def test_async_stream_closed_early_and_abandoned(aclient: openai.AsyncOpen
         await stream.__anext__()
     _kept_reservation(ctx)  # the context ended with the stream still open
     await stream.close()
+    await aclient.close()
 
 
 def test_no_observer_stays_registered_once_streams_are_settled(client: openai.OpenAI) -> None:
