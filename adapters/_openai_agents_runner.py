@@ -163,8 +163,11 @@ def _outcome(task: asyncio.Future[Any]) -> BaseException | None:
     return task.exception()
 
 
-def _enclosing_model_call(ctx: ExecutionContext) -> CallNode | None:
-    """For the provider instrumentation: the model call a request made here belongs to."""
+def _enclosing_model_call(ctx: ExecutionContext, kind: str = "llm") -> CallNode | None:
+    """For the provider instrumentation: the model call a request made here belongs to (model
+    requests only: the runner's tool steps are never adopted by an MCP call underneath)."""
+    if kind != "llm":
+        return None
     scope = current_run.get()
     return scope.model_call(ctx) if scope is not None else None
 
