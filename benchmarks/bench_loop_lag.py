@@ -31,16 +31,18 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "pools"))  # the delaying proxy of the loop-lag test
 
 from _delay_proxy import DelayProxy  # noqa: E402
-from bench_budget import Server, _drive, _start_redis  # noqa: E402
+from bench_budget import FAILED, Server, _drive, _start_redis  # noqa: E402
 
 from veronica_mw.pools.budget_pool import BudgetPool  # noqa: E402
 
 
 def lag_of(server: Server, seconds: float) -> dict[str, float]:
     httpx.get(server.url + "/lag", timeout=30)  # forget the idle windows
+    FAILED.clear()
     done = asyncio.run(_drive(server.url, seconds, 32))
     windows = httpx.get(server.url + "/lag", timeout=30).json()
     return {
+        "non_200_responses": sum(FAILED.values()),
         "median_window_worst_ms": round(statistics.median(windows) * 1000, 2),
         "max_ms": round(max(windows) * 1000, 2),
         "windows": len(windows),

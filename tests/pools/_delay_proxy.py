@@ -47,6 +47,7 @@ class DelayProxy:
                 task.cancel()
             self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             self._loop.run_until_complete(self._server.wait_closed())
+            self._loop.run_until_complete(asyncio.sleep(0.01))  # transports closed just now
             self._loop.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -83,3 +84,5 @@ class DelayProxy:
         finally:
             for w in (writer, up_writer):
                 w.close()
+            # Let the transports really close before the proxy's loop does (no unclosed sockets).
+            await asyncio.gather(writer.wait_closed(), up_writer.wait_closed(), return_exceptions=True)

@@ -82,3 +82,34 @@ def test_async_path_does_not_block_the_loop_on_a_slow_redis(redis_server: RedisS
     assert statistics.median(windows) < DELAY / 2, windows
     # The control: each sync round trip blocks the loop for a whole delay.
     assert statistics.median(control) >= DELAY / 2, control
+
+
+def test_cancelled_while_redis_answers_nothing_stays_reserved(redis_server: RedisServer) -> None:
+    async def main(url: str) -> tuple[float, float]:
+        backend = RedisBudgetBackend(url, socket_timeout=10.0)
+        pool = BudgetPool(1.0, window_s=3600, key_func=str, backend=backend)
+        ledger = pool.ledger("t")
+        reserve = asyncio.ensure_future(ledger.areserve(0.25))
+        await asyncio.sleep(DELAY / 4)  # sent, not answered
+        reserve.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reserve
+        assert await ledger.areserve(0.5)  # the pool still works
+        settle = asyncio.ensure_future(ledger.asettle(0.5, 0.125))
+        await asyncio.sleep(DELAY / 4)
+        settle.cancel()  # the settle is sent again and finishes anyway
+        with pytest.raises(asyncio.CancelledError):
+            await settle
+        deadline = time.monotonic() + 30  # hang guard: polls what Redis holds
+        while time.monotonic() < deadline:
+            usage = pool.usage("t")
+            if usage.reserved_usd == 0.0 and usage.spent_usd > 0:
+                break
+            await asyncio.sleep(0.05)
+        await backend.aclose()
+        backend.close()
+        return usage.reserved_usd, usage.spent_usd
+
+    with DelayProxy(redis_server.port, DELAY) as proxy:
+        reserved, spent = asyncio.run(main(proxy.url))
+    assert reserved == 0.0 and spent == pytest.approx(0.125)

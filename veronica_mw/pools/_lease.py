@@ -190,6 +190,15 @@ def background(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
     return task
 
 
+async def drain_background() -> None:
+    """Wait for the backend I/O still running in the background on this loop (before closing the
+    clients it uses: a shielded settle of a cancelled request, say)."""
+    loop = asyncio.get_running_loop()
+    pending = [task for task in _tasks if not task.done() and task.get_loop() is loop]
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
 def _wake(waiter: asyncio.Future[Any]) -> None:
     if not waiter.done():
         waiter.set_result(None)

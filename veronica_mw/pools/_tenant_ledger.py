@@ -87,6 +87,8 @@ class TenantLedger:
 
         Cancelled while the backend answers, a reservation made meanwhile is given back.
         """
+        if self._pool._in_process:  # nothing to wait for: the sync path neither blocks nor suspends
+            return self.reserve(amount_usd)
         amount = self._amount(amount_usd)
         if amount < 0:
             return False
@@ -104,6 +106,8 @@ class TenantLedger:
         res_id = secrets.token_hex(12)
         op, now, end = self._pool._op(self.key_hash)
         failover = self._pool._failover
+        # The backend's I/O runs in its own task, shielded: a request cancelled meanwhile neither
+        # interrupts a Redis command half-way (a broken connection) nor loses what it did.
         task = background(failover.areserve(op, res_id, amount, self._pool._limit, self._pool._steps))
         try:
             outcome = await asyncio.shield(task)
@@ -162,6 +166,9 @@ class TenantLedger:
 
     async def asettle(self, reserved_usd: float, actual_usd: float) -> None:
         """Like :meth:`settle`, awaiting the backend; it completes even if the caller is cancelled."""
+        if self._pool._in_process:
+            self.settle(reserved_usd, actual_usd)
+            return
         hold, actual = self._take(reserved_usd, actual_usd)
         if hold is not None and hold.lease is not None:
             hold.lease.give(hold.amount, actual)

@@ -134,6 +134,8 @@ class BudgetPool:
             raise ValueError(f"name must be 1-64 characters of [A-Za-z0-9_.-], got {name!r}")
         self.name = name
         self.backend = backend
+        # In-process storage answers without I/O: the async path calls the sync one directly.
+        self._in_process = type(backend) is LocalBudgetBackend
         self.on_backend_error = on_backend_error
         self.rate_limit_headers = bool(rate_limit_headers)
         self.reservation_ttl_s = check_number("reservation_ttl_s", reservation_ttl_s)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..kernel.exceptions import MissingFrameworkError
 from ._backend import BackendCorrupted, BackendUnavailable, BucketState, LeaseReply, LeaseSync, Op
+from ._lease import drain_background
 from ._redis_lua import ABSORB, LEASE, RESERVE, RESET, SETTLE, STATE
 
 if TYPE_CHECKING:
@@ -198,7 +199,9 @@ class RedisBudgetBackend:
         self.clients.close()
 
     async def aclose(self) -> None:
-        """Close the connections this backend opened; call it at app shutdown (lifespan)."""
+        """Close the connections this backend opened; call it at app shutdown (lifespan). Backend
+        I/O still finishing in the background (a cancelled request's settle) is waited for first."""
+        await drain_background()
         await self.clients.aclose()
 
     def key(self, bucket: str) -> str:
