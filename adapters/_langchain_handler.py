@@ -21,6 +21,8 @@ from ._langchain_claims import adopt
 
 __all__ = ["COST_HINT_METADATA_KEY", "HandlerCore", "VeronicaCallbackHandler"]
 
+_OPTIONS: dict[tuple[str, float, str | None], WrapOptions] = {}
+
 COST_HINT_METADATA_KEY = "veronica_cost_estimate_hint"
 """Run metadata key (``model.with_config(metadata={...})``) giving a per-call cost hint in USD."""
 
@@ -93,11 +95,20 @@ class HandlerCore:
         params = extra.get("invocation_params") or {}
         name = extra.get("name") or (serialized or {}).get("name") or kind
         model = meta.get("ls_model_name") or params.get("model") or params.get("model_name")
-        return WrapOptions(
-            operation_name=name if isinstance(name, str) else kind,
-            cost_estimate_hint=_hint(meta.get(COST_HINT_METADATA_KEY), self._hint) if kind == "llm" else 0.0,
-            model=model if isinstance(model, str) and model else None,
+        key = (
+            name if isinstance(name, str) else kind,
+            _hint(meta.get(COST_HINT_METADATA_KEY), self._hint) if kind == "llm" else 0.0,
+            model if isinstance(model, str) and model else None,
         )
+        # Options are frozen: one per (name, hint, model), not one per run (a run's own cost).
+        options = _OPTIONS.get(key)
+        if options is None:
+            if len(_OPTIONS) >= 1024:
+                _OPTIONS.clear()
+            options = _OPTIONS[key] = WrapOptions(
+                operation_name=key[0], cost_estimate_hint=key[1], model=key[2]
+            )
+        return options
 
     def _end_llm(self, run_id: UUID, response: LLMResult) -> None:
         node = self._open.pop(run_id, None)

@@ -34,12 +34,21 @@ def _int(value: Any) -> int:
     return int(value)
 
 
+_PLAIN_KEYS = frozenset(("input_tokens", "output_tokens", "total_tokens"))
+
+
 def usage_from_mapping(raw: Any) -> TokenUsage | None:
     """Read OpenAI (prompt/completion), Anthropic and LangChain (input/output) token counts."""
     if raw is None:
         return None
     if isinstance(raw, TokenUsage):
         return raw
+    if type(raw) is dict and raw.keys() <= _PLAIN_KEYS:
+        # The common shape (LangChain's usage_metadata without details): the general path below
+        # would find exactly these two counts.
+        inp, out = raw.get("input_tokens"), raw.get("output_tokens")
+        if type(inp) is int and type(out) is int and inp >= 0 and out >= 0:
+            return TokenUsage(inp, out)
     inp = _get(raw, "input_tokens")
     if inp is None:
         inp = _get(raw, "prompt_tokens")
