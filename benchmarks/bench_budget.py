@@ -127,7 +127,7 @@ def make_app() -> Any:
             name="benchweb",
             **lease,  # type: ignore[arg-type]
         )
-    return VeronicaASGIMiddleware(app, config=config, budget_pool=pool)
+    return VeronicaASGIMiddleware(app, config=config, budget_pool=pool, exclude_paths=["/lag"])
 
 
 async def _probe(windows: list[float], window_s: float = 0.25) -> None:
