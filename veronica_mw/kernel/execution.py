@@ -210,9 +210,12 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, InlineCalls, Ca
             self._breaker = circuit_breaker
         if budget_parent is not None:
             self._parent = budget_parent
-            # The coroutine API awaits a parent that can answer without blocking (a Redis pool).
-            if callable(getattr(budget_parent, "areserve", None)) and callable(
-                getattr(budget_parent, "asettle", None)
+            # The coroutine API awaits a parent that can answer without blocking (a Redis pool);
+            # one whose sync answers never wait for I/O (``blocking_free``) is simply called.
+            if (
+                callable(getattr(budget_parent, "areserve", None))
+                and callable(getattr(budget_parent, "asettle", None))
+                and not getattr(budget_parent, "blocking_free", False)
             ):
                 self._aparent = budget_parent  # type: ignore[assignment]  # checked right here
         self._lock = threading.Lock()

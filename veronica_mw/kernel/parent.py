@@ -29,7 +29,8 @@ class AsyncBudgetParent(BudgetParent, Protocol):
     ``areserve``/``asettle`` are awaited by ``abegin_call``, ``awrap_*``, ``acall_*`` and
     ``node.acommit``/``afail``/``arelease``; sync calls use ``reserve``/``settle`` even in an async
     app (a sync call made on the event loop blocks it anyway). ``asettle`` must finish its work
-    even if the awaiting task is cancelled meanwhile (the kernel does not retry it).
+    even if the awaiting task is cancelled meanwhile (the kernel does not retry it). A parent with
+    a true ``blocking_free`` attribute (an in-process pool) is called synchronously on both paths.
     """
 
     async def areserve(self, amount_usd: float) -> bool: ...

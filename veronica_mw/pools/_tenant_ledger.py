@@ -58,6 +58,12 @@ class TenantLedger:
         self.refusal_status: int | None = None
         self.refusal_detail = ""
 
+    @property
+    def blocking_free(self) -> bool:
+        """True for an in-process pool: reserve/settle never wait for I/O, so the kernel's
+        coroutine API calls them directly instead of awaiting areserve/asettle."""
+        return self._pool._in_process
+
     # -- reserve ---------------------------------------------------------------------------------
 
     def reserve(self, amount_usd: float) -> bool:
