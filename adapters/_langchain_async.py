@@ -1,16 +1,16 @@
 """``VeronicaAsyncCallbackHandler``: the async twin of the callback handler, awaited inline.
 
-LangChain awaits an async handler's coroutine methods on the event loop itself (concurrently with
-the other non-inline handlers, and before the model or tool runs), whereas it runs a sync
-handler's methods in its thread-pool executor for async runs: one hop per event. Like the sync
-handler it is not ``run_inline``: an inline handler that raises leaves the other handlers' start
-coroutines un-awaited (and, for text models, LangChain never even dispatches ``on_llm_start`` to
-non-inline handlers when an inline one exists).
+LangChain runs a sync handler's methods in its thread-pool executor for async runs (one hop per
+event) and a non-inline async handler's coroutines as Tasks through ``asyncio.gather`` (one Task
+and one loop turn per event). This handler is ``run_inline``: LangChain awaits its coroutines
+directly on the loop, before the model or tool runs and before the non-inline handlers; how the
+two places where that would hurt the other handlers are handled is in :mod:`._langchain_inline`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
@@ -21,6 +21,7 @@ from langchain_core.outputs import LLMResult
 from .. import CallNode, ExecutionConfig, ExecutionContext
 from ._langchain_claims import adopt
 from ._langchain_handler import HandlerCore, llm_result
+from ._langchain_inline import drain_siblings, inline_here
 
 __all__ = ["VeronicaAsyncCallbackHandler"]
 
@@ -44,6 +45,10 @@ class VeronicaAsyncCallbackHandler(HandlerCore, AsyncCallbackHandler):
     """
 
     raise_error = True
+
+    @property  # a class attribute in LangChain, read at each dispatch
+    def run_inline(self) -> bool:  # type: ignore[override]
+        return inline_here()
 
     def __init__(
         self,
@@ -132,7 +137,16 @@ class VeronicaAsyncCallbackHandler(HandlerCore, AsyncCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        await self._abegin("llm", run_id, serialized, metadata, kwargs)
+        try:
+            await self._abegin("llm", run_id, serialized, metadata, kwargs)
+        except Exception:
+            # Inline and raising: the other handlers' start coroutines are still awaited, and the
+            # steps of this batch's earlier message lists (never run, never ended) given back.
+            for earlier in await drain_siblings(sys._getframe()):
+                node = self._open.pop(earlier, None)
+                if node is not None:
+                    await node.arelease()
+            raise
 
     async def on_llm_start(
         self,

@@ -1,6 +1,7 @@
 """The async twin of the callback handler: awaited on the loop (no thread-pool hop), attached by the
 zero-config hook only inside an execution context, halts unchanged from ainvoke/astream/LangGraph
-async graphs, and other handlers' coroutines still awaited when it halts a run."""
+async graphs, awaited inline (no Task per event), and other handlers' coroutines still awaited
+when it halts a run."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import asyncio
 import gc
 import threading
 import warnings
+from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
 import pytest
 from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackHandler
 from langchain_core.language_models.fake import FakeListLLM
+from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
@@ -97,6 +100,42 @@ async def test_async_run_steps_are_begun_and_settled_on_the_loop_thread() -> Non
     assert observer.threads == [threading.get_ident()] * 6  # never LangChain's executor
     snap = ctx.get_snapshot()
     assert snap.step_count == 3 and snap.cost_usd_accumulated == pytest.approx(3 * PRICE)
+
+
+def tasks_made(run: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[int]]:
+    """How many asyncio tasks ``run()`` creates (through the loop's task factory)."""
+
+    async def count() -> int:
+        loop = asyncio.get_running_loop()
+        made = 0
+
+        def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+            nonlocal made
+            made += 1
+            return asyncio.Task(coro, loop=loop, **kwargs)
+
+        previous = loop.get_task_factory()
+        loop.set_task_factory(factory)
+        try:
+            await run()
+        finally:
+            loop.set_task_factory(previous)
+        return made
+
+    return count
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+async def test_the_async_twin_is_awaited_inline_not_as_a_task_per_event(explicit: bool) -> None:
+    # A non-inline async handler gets one Task (and one loop turn) per event from LangChain's
+    # gather; inline, a run makes exactly the tasks it makes with no handler at all.
+    m = model()
+    bare = await tasks_made(lambda: m.ainvoke("hi"))()
+    async with ExecutionContext(limits()) as ctx:
+        config: RunnableConfig = {"callbacks": [VeronicaAsyncCallbackHandler(ctx)]} if explicit else {}
+        contained = await tasks_made(lambda: m.ainvoke("hi", config))()
+    assert m.calls == 2 and ctx.get_snapshot().step_count == 1
+    assert contained == bare
 
 
 async def test_sync_model_streamed_from_async_code_is_counted_once_and_priced() -> None:
@@ -220,6 +259,57 @@ async def test_other_handlers_are_still_awaited_when_the_run_halts(explicit: boo
     assert len(other_async.starts) == 2 and other_async.finished == 2  # both runs, fully awaited
     assert other_sync.starts == 2
     assert ctx.get_snapshot().step_count == 1
+
+
+class TextStarts(AsyncCallbackHandler):
+    def __init__(self) -> None:
+        self.starts = 0
+
+    async def on_llm_start(self, serialized: Any, prompts: Any, **kw: Any) -> None:
+        await asyncio.sleep(0)
+        self.starts += 1
+
+
+class SyncTextStarts(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.starts = 0
+
+    def on_llm_start(self, serialized: Any, prompts: Any, **kw: Any) -> None:
+        self.starts += 1
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+async def test_text_llm_starts_still_reach_the_other_handlers(explicit: bool) -> None:
+    # LangChain's on_llm_start sends the event to the inline handlers only when there is one: the
+    # twin must not count as inline there, or no other handler would ever see a text LLM start.
+    others: list[Any] = [TextStarts(), SyncTextStarts()]
+    llm = FakeListLLM(responses=["x"] * 3)
+    async with ExecutionContext(limits()) as ctx:
+        callbacks = [*others, VeronicaAsyncCallbackHandler(ctx)] if explicit else others
+        for _ in range(3):
+            assert await llm.ainvoke("a", config={"callbacks": callbacks}) == "x"
+    assert [h.starts for h in others] == [3, 3]
+    assert ctx.get_snapshot().step_count == 3
+
+
+async def test_a_refused_batch_gives_back_its_earlier_steps_and_awaits_the_others() -> None:
+    # One generate call with two message lists: the first is admitted, the second refused, so
+    # LangChain calls neither model and never ends the first run.
+    other = CountingAsync()
+    m = model()
+    ctx = ExecutionContext(limits(max_steps=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        async with ctx:
+            with pytest.raises(ExecutionHalted) as info:
+                await m.agenerate([[HumanMessage("a")], [HumanMessage("b")]], callbacks=[other])
+            for _ in range(5):
+                await asyncio.sleep(0)
+        gc.collect()
+    assert info.value.reason == "step_limit"
+    assert m.calls == 0 and len(other.starts) == 2 and other.finished == 2
+    snap = ctx.get_snapshot()
+    assert snap.step_count == 0 and snap.in_flight == 0 and snap.cost_usd_reserved == 0.0
 
 
 async def test_both_handlers_attached_count_a_run_once() -> None:
