@@ -228,6 +228,63 @@ def test_a_token_holder_gets_the_deadline_fired() -> None:
     assert timers() == before
 
 
+def test_a_token_made_while_another_thread_arms_still_gets_the_deadline_fired(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # arm() takes no lock when nothing waits for the deadline. Simulate the other thread asking
+    # for the token inside that window (after arm saw no token, before it marked itself armed):
+    # the token sees an unarmed context and schedules nothing, so arm must see the token after.
+    from veronica_mw.kernel import _lifecycle
+
+    ctx = ExecutionContext(ExecutionConfig(1.0, 10, 0, timeout_ms=30))
+    fired: list[str] = []
+    real = _lifecycle._monotonic
+
+    def clock_with_a_token_made_meanwhile() -> float:
+        ctx.cancellation_token.add_callback(lambda: fired.append("halted"))
+        return real()
+
+    monkeypatch.setattr(_lifecycle, "_monotonic", clock_with_a_token_made_meanwhile)
+    before = timers()
+    ctx.arm()
+    monkeypatch.setattr(_lifecycle, "_monotonic", real)
+    assert timers() == before + 1
+    deadline = time.monotonic() + 30  # hang guard
+    while not fired and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert fired == ["halted"] and ctx._reason == "timeout"
+    ctx.disarm()
+
+
+def test_threads_arming_at_once_while_a_token_is_made_schedule_one_timer() -> None:
+    import threading
+
+    def race(ctx: ExecutionContext) -> None:
+        gate = threading.Barrier(9)
+
+        def arm() -> None:
+            gate.wait()
+            ctx.arm()
+
+        def token() -> None:
+            gate.wait()
+            assert ctx.cancellation_token is not None
+
+        threads = [threading.Thread(target=arm) for _ in range(8)] + [threading.Thread(target=token)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    for _ in range(50):
+        ctx = ExecutionContext(ExecutionConfig(1.0, 10, 0, timeout_ms=60_000))
+        before = timers()
+        race(ctx)
+        assert timers() == before + 1  # the holder's deadline, scheduled once
+        ctx.disarm()
+        assert timers() == before
+
+
 def test_an_observer_gets_the_deadline_fired() -> None:
     halted: list[str] = []
 

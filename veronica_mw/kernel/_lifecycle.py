@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 _C = TypeVar("_C", bound="Lifecycle")
 _current = current_context.get
+_monotonic = time.monotonic
 _adopt_lock = threading.Lock()  # held only while an entered context is made a child
 
 
@@ -107,6 +108,22 @@ class Lifecycle:
         ``with`` does this on entry; middlewares that build a context lazily pass the request's
         start time."""
         if self._armed:
+            return self
+        if self._token is None and not self._observers and not _obs._global:
+            # Nothing to schedule or tell (the common case): no lock. Two threads arming at once
+            # both write a start time (either is right). A token made meanwhile is caught by one
+            # side: it is written before cancellation_token reads ``_armed``, which is written
+            # here before ``_token`` is read again.
+            now = _monotonic() if started is None else started
+            self._started = now
+            if self._deadline:
+                self._deadline = now + self.config.timeout_ms / 1000.0
+            self._armed = True
+            if self._token is None:
+                return self
+            with self._lock:
+                if self._deadline and self._timer is None and not self._ended:
+                    self._schedule_locked()
             return self
         lock = self._lock
         lock.acquire()  # two threads arming at once must not schedule two timers
