@@ -285,6 +285,15 @@ def test_threads_arming_at_once_while_a_token_is_made_schedule_one_timer() -> No
         assert timers() == before
 
 
+def test_a_token_asked_for_after_the_context_ended_schedules_nothing() -> None:
+    before = timers()
+    ctx = ExecutionContext(ExecutionConfig(1.0, 10, 0, timeout_ms=60_000))
+    with ctx:
+        pass
+    assert ctx.cancellation_token is not None
+    assert timers() == before  # nothing left in the pool for a context that is over
+
+
 def test_an_observer_gets_the_deadline_fired() -> None:
     halted: list[str] = []
 

@@ -39,8 +39,7 @@ class Lifecycle:
         _var_tokens: Token[Any] | list[Token[Any]] | None
         _token: Any
         _reason: str | None
-        _armed: bool
-        _ended: bool
+        _armed: int
         _started: float
         _deadline: float
         _pool: SharedTimeoutPool | None
@@ -84,6 +83,9 @@ class Lifecycle:
         else:
             current_context.reset(tokens)  # type: ignore[arg-type]
         self._var_tokens = None
+        if self._timer is None and self._armed == 1 and not self._observers and not _obs._global:
+            self._armed = 2  # disarm() with nothing to cancel or tell, written out
+            return
         self.disarm()
 
     def _adopt(self) -> None:
@@ -118,11 +120,11 @@ class Lifecycle:
             self._started = now
             if self._deadline:
                 self._deadline = now + self.config.timeout_ms / 1000.0
-            self._armed = True
+            self._armed = 1
             if self._token is None:
                 return self
             with self._lock:
-                if self._deadline and self._timer is None and not self._ended:
+                if self._deadline and self._timer is None and self._armed == 1:
                     self._schedule_locked()
             return self
         lock = self._lock
@@ -130,7 +132,7 @@ class Lifecycle:
         try:
             if self._armed:
                 return self
-            self._armed = True
+            self._armed = 1
             self._started = time.monotonic() if started is None else started
             if self._deadline:
                 self._deadline = self._started + self.config.timeout_ms / 1000.0
@@ -162,8 +164,8 @@ class Lifecycle:
         if timer is not None:
             self._timer = None
             (self._pool or SharedTimeoutPool.default()).cancel(timer)
-        if not self._ended and self._armed:
-            self._ended = True
+        if self._armed == 1:
+            self._armed = 2
             if _obs._global or self._observers:
                 _obs.notify(self._observers, "context_ended", self)
 

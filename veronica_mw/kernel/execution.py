@@ -73,6 +73,7 @@ class _Parent(Enum):
 
 
 _CURRENT = _Parent.CURRENT  # a module global: faster to test than the enum attribute
+_monotonic = time.monotonic
 
 
 _current = current_context.get
@@ -146,7 +147,6 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, InlineCalls, Ca
     _pool: SharedTimeoutPool | None = None
     _timer: TimeoutHandle | None = None
     attributes: Mapping[str, str] = _NO_ATTRIBUTES
-    _ended: bool = False  # observers were told it ended (disarm)
     _verifier: OutputVerifier | None = None
     _up: ExecutionContext | None = None
     # (): no parent yet (the first ``with`` may still nest it); (self,): a root for good;
@@ -236,8 +236,8 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, InlineCalls, Ca
             self._pool = timeout_pool
         # The ContextVar token of each ``with`` (a list only while entered more than once).
         self._var_tokens: _Token | list[_Token] | None = None
-        self._armed = False
-        self._started = time.monotonic()
+        self._armed = 0  # 1: the clock runs (arm); 2: ended too (disarm; observers were told)
+        self._started = _monotonic()
         self._deadline = self._started + config.timeout_ms / 1000.0 if config.timeout_ms else 0.0
         if name.__class__ is not str:
             raise TypeError(f"name must be a str, got {type(name).__name__}")
@@ -283,7 +283,7 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, InlineCalls, Ca
             return True
         if self._up is not None and _nesting.halted_above(self):
             return True
-        return bool(self._deadline) and self._armed and self._expired()
+        return bool(self._deadline) and self._armed != 0 and self._expired()
 
     @property
     def abort_reason(self) -> str | None:
@@ -304,7 +304,7 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, InlineCalls, Ca
             with self._lock:
                 if self._token is None:
                     self._token = CancellationToken()
-                    if self._armed and self._deadline and self._timer is None and not self._ended:
+                    if self._armed == 1 and self._deadline and self._timer is None:
                         self._schedule_locked()  # the deadline must now fire for the holder
                 token = self._token
             token.add_callback(lambda: self._abort(HaltReason.CANCELLED, token.detail))

@@ -67,7 +67,7 @@ ENVIRON_KEY = "veronica.context"
 
 def _halted(ctx: RequestContext) -> bool:
     """``ctx.aborted`` without the property call (once per body chunk)."""
-    return ctx._reason is not None or (ctx._armed and bool(ctx._deadline) and ctx._expired())
+    return ctx._reason is not None or (ctx._armed != 0 and bool(ctx._deadline) and ctx._expired())
 
 
 class _Response(RequestScope):
