@@ -15,7 +15,7 @@ handler is awaited directly (no Task), before the non-inline ones. Two places of
   (never awaited, a RuntimeWarning each, the other handlers never told). :func:`drain_siblings`
   awaits them before the halt propagates -- exactly what they get when the handler is not inline:
   the start event -- and closes the ones of Veronica's own handlers (a later message list of the
-  same batch would otherwise begin a step LangChain never ends). The steps already begun for the
+  same batch would otherwise ask for a step of a run LangChain never ends). The steps already begun for the
   batch's earlier message lists are given back: LangChain calls no model of a batch whose start
   raised, and never ends those runs.
 
@@ -34,6 +34,8 @@ from types import CodeType, FrameType
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManager
+
+from ._langchain_handler import HandlerCore
 
 __all__ = ["drain_siblings", "inline_here"]
 
@@ -65,7 +67,7 @@ def _manager_frame(frame: FrameType | None) -> FrameType | None:
 
 def _is_veronica(coro: Any) -> bool:
     handlers = coro.cr_frame.f_locals.get("handlers") or ()
-    return any(type(h).__module__.startswith("veronica_mw.") for h in handlers)
+    return any(isinstance(h, HandlerCore) for h in handlers)
 
 
 async def drain_siblings(frame: FrameType | None) -> list[Any]:
