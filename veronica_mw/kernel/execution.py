@@ -27,10 +27,10 @@ from typing import Any
 
 from . import _nesting
 from . import observer as _obs
+from ._ainline import AsyncInlineCalls
 from ._async_ledger import AsyncLedger
 from ._calls import CallAPI
 from ._control import OutputVerifier, build_verifier
-from ._inline import InlineCalls
 from ._ledger import Ledger
 from ._lifecycle import Lifecycle
 from ._soft_limits import EPSILON as _EPSILON
@@ -80,7 +80,7 @@ _current = current_context.get
 _Token = Token[Any]  # of current_context
 
 
-class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, InlineCalls, CallAPI, Family):
+class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, AsyncInlineCalls, CallAPI, Family):
     """One agent run, request or session: every call through it is checked against its limits.
 
     Usable as ``with``/``async with`` (sets the current context and arms the timeout) or handed
