@@ -99,7 +99,7 @@ class Lifecycle:
                 return
             if self._steps or self._retries or self._in_flight or self._committed or self._children:
                 # Already spent as a root: its past calls were never checked above.
-                self._lineage = (me,)
+                self._lineage = _nesting.ROOT
                 return
             _nesting.bind(me, enclosing)
 

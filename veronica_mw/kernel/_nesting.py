@@ -39,6 +39,21 @@ NESTED, NESTED_HELD = 4, 5
 # -- binding -----------------------------------------------------------------------------------------
 
 
+class _RootLineage(tuple):  # type: ignore[type-arg]
+    """The ``_lineage`` of a context that is a root for good (``parent=None``, or entered inside
+    another after it had already spent): decided (truthy), yet holding nothing -- ``(ctx,)`` would
+    be a reference cycle through every request context, leaving each to the garbage collector.
+    Only nested lineages (``ctx._up`` set) are ever read for their levels."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return True
+
+
+ROOT: tuple[ExecutionContext, ...] = _RootLineage()
+
+
 def bind(ctx: ExecutionContext, parent: ExecutionContext) -> None:
     """Make ``ctx`` a child of ``parent``: its lineage, and what it inherits (the nearest breaker,
     timeout pool and output checks, every budget parent above, the observers, ``on_warn``)."""

@@ -18,6 +18,7 @@ import os
 import secrets
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from contextvars import Token
@@ -66,6 +67,18 @@ def _new_chain_prefix() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_chain_prefix)
+
+
+def _on_cancel(ref: weakref.ref[ExecutionContext]) -> Callable[[], None]:
+    # Weak: the token is held by its context, so a strong callback would make a reference cycle
+    # and leave every context that handed out a token to the garbage collector.
+    def cancelled() -> None:
+        ctx = ref()
+        token = ctx._token if ctx is not None else None
+        if ctx is not None and token is not None:
+            ctx._abort(HaltReason.CANCELLED, token.detail)
+
+    return cancelled
 
 
 class _Parent(Enum):
@@ -149,7 +162,7 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, AsyncInlineCall
     attributes: Mapping[str, str] = _NO_ATTRIBUTES
     _verifier: OutputVerifier | None = None
     _up: ExecutionContext | None = None
-    # (): no parent yet (the first ``with`` may still nest it); (self,): a root for good;
+    # (): no parent yet (the first ``with`` may still nest it); _nesting.ROOT: a root for good;
     # (self, parent, ..., root): nested.
     _lineage: tuple[ExecutionContext, ...] = ()
     _children: deque[ExecutionContext] | None = None
@@ -263,7 +276,7 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, AsyncInlineCall
                 if enclosing is not None:
                     _nesting.bind(self, enclosing)
         elif parent is None:
-            self._lineage = (self,)
+            self._lineage = _nesting.ROOT
         elif isinstance(parent, ExecutionContext):
             _nesting.bind(self, parent)
         else:
@@ -307,7 +320,7 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, AsyncInlineCall
                     if self._armed == 1 and self._deadline and self._timer is None:
                         self._schedule_locked()  # the deadline must now fire for the holder
                 token = self._token
-            token.add_callback(lambda: self._abort(HaltReason.CANCELLED, token.detail))
+            token.add_callback(_on_cancel(weakref.ref(self)))
             if self._reason is not None:  # halted before anyone asked for the token
                 token.cancel(self._reason, self._detail)
             up = self._up
@@ -326,7 +339,7 @@ class ExecutionContext(Lifecycle, Ledger, AsyncLedger, Verdicts, AsyncInlineCall
     def _graph_locked(self) -> ExecutionGraph:
         if self._graph is None:
             graph = ExecutionGraph(*self._graph_args)
-            graph._owner = self
+            graph._owner = weakref.ref(self)
             self._graph = graph
         return self._graph
 

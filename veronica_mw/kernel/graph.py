@@ -8,6 +8,7 @@ survive in the per-(kind, status) aggregates, so a context making a million call
 from __future__ import annotations
 
 import time
+import weakref
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -278,7 +279,9 @@ class ExecutionGraph:
         # Running calls of the inline path a layer below asked for (get): until the inline path
         # takes them back (promote, or its settlement), they are settled through that node.
         self._live: dict[int, CallNode] = {}
-        self._owner: ExecutionContext | None = None  # set by the context (its lock guards the ring)
+        # Set by the context (its lock guards the ring). A weak reference: the context holds the
+        # graph, and a cycle would leave every context to the garbage collector (pauses under load).
+        self._owner: weakref.ref[ExecutionContext] | None = None
         self._next_id = 0
         self.total_nodes = 0
         self.divergence_threshold = divergence_threshold
@@ -397,16 +400,17 @@ class ExecutionGraph:
         rec = self._recs[i]
         if isinstance(rec, CallNode):
             return rec
-        if rec[6] != "running" or self._owner is None:
+        owner = self._owner() if self._owner is not None else None
+        if rec[6] != "running" or owner is None:
             return self._build(i)
-        with self._owner._lock:  # against the inline path settling it at this moment
+        with owner._lock:  # against the inline path settling it at this moment
             if self._ids[i] != node_id:
                 return None
             rec = self._recs[i]
             if isinstance(rec, CallNode) or rec[6] != "running":
                 return self._build(i)
             node = self._live[node_id] = self._recs[i] = self._build(i)
-        node._ctx = self._owner
+        node._ctx = owner
         return node
 
     def finish(self, node: CallNode, status: str) -> None:

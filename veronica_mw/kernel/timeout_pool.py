@@ -13,6 +13,10 @@ from collections.abc import Callable
 logger = logging.getLogger("veronica_mw")
 
 
+def _noop() -> None:
+    return None
+
+
 class TimeoutHandle:
     __slots__ = ("deadline", "callback", "active")
 
@@ -77,6 +81,9 @@ class SharedTimeoutPool:
             if not handle.active:
                 return
             handle.active = False
+            # The heap drops cancelled entries lazily; the callback (a context's bound method) must
+            # not keep an exited context alive until its deadline would have passed.
+            handle.callback = _noop
             self._dead += 1
             if self._dead > 256 and self._dead * 2 > len(self._heap):
                 self._heap = [item for item in self._heap if item[2].active]

@@ -224,7 +224,7 @@ class AuditLog(Observer):
 
 def _parent_chain(ctx: ExecutionContext) -> str | None:
     """The chain id of the context this one is nested in (None for a root)."""
-    lineage = ctx._lineage  # (ctx, parent, ..., root) once nested; (ctx,) or () for a root
+    lineage = ctx._lineage  # (ctx, parent, ..., root) once nested; empty for a root
     return lineage[1].chain_id if len(lineage) > 1 else None
 
 
