@@ -69,6 +69,23 @@ def two_phase() -> ExecutionContext:
     return ctx
 
 
+def adopted_by_a_layer_below() -> ExecutionContext:
+    # What provider SDK instrumentation does under ctx.call_llm: take the running inline call's node.
+    from veronica_mw.kernel.context import current_node
+
+    ctx = ExecutionContext(CONFIG)
+
+    def provider_call() -> str:
+        node = ctx.graph.get(current_node.get())  # type: ignore[arg-type]
+        assert node is not None
+        node.commit(cost_usd=0.25)
+        return "answer"
+
+    with ctx:
+        ctx.call_llm(provider_call)
+    return ctx
+
+
 def tenant_pool() -> ExecutionContext:
     pool = BudgetPool(10.0, window_s=3600, key_func=str)
     ctx = ExecutionContext(CONFIG, budget_parent=pool.ledger("acme"))
@@ -102,7 +119,17 @@ def halted() -> ExecutionContext:
 
 
 @pytest.mark.parametrize(
-    "run", [calls_sync, calls_async, two_phase, tenant_pool, token_holder, observed, halted]
+    "run",
+    [
+        calls_sync,
+        calls_async,
+        two_phase,
+        adopted_by_a_layer_below,
+        tenant_pool,
+        token_holder,
+        observed,
+        halted,
+    ],
 )
 def test_a_finished_context_is_freed_by_reference_counting(
     run: Callable[[], ExecutionContext], collector_off: None
