@@ -8,6 +8,7 @@ puts back each original unless someone patched on top of ours, in which case our
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,30 @@ class Patches:
 
     def __bool__(self) -> bool:
         return bool(self._applied)
+
+
+class Instrumentation:
+    """One SDK's patches behind a lock: ``install`` applies them once, ``remove`` undoes them
+    (both idempotent); what every provider adapter's instrument/uninstrument/instrumented share."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._patches: Patches | None = None
+
+    def install(self, apply: Callable[[], Patches]) -> None:
+        with self._lock:
+            if self._patches is None:
+                self._patches = apply()
+
+    def remove(self) -> None:
+        with self._lock:
+            if self._patches is not None:
+                self._patches.undo()
+                self._patches = None
+
+    @property
+    def active(self) -> bool:
+        return self._patches is not None
 
 
 def attr(module: Any, path: str) -> Any:

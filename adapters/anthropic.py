@@ -20,14 +20,13 @@ try:
 except ImportError as exc:
     raise MissingFrameworkError("anthropic", "anthropic", exc) from exc
 
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from ..kernel.pricing import TokenUsage
 from . import _provider_stainless as stainless
 from ._provider_calls import Outcome, Plan, limit, text_tokens
-from ._provider_patch import Patches
+from ._provider_patch import Instrumentation, Patches
 from ._provider_streams import Meter
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
@@ -114,29 +113,25 @@ class _Endpoints:
         return Plan("anthropic.messages", model, PROVIDER, tokens_in, limit(body, "max_tokens")), _MESSAGES
 
 
-_lock = threading.Lock()
-_patches: Patches | None = None
+_slot = Instrumentation()
+
+
+def _apply() -> Patches:
+    stainless.load(_anthropic, "_base_client", "_streaming", "_response", "_legacy_response")
+    sdk = stainless.SDK(_anthropic, _Endpoints())
+    # MessageStream.close closes its raw Stream, which is patched: no helper classes needed.
+    return stainless.patch(sdk, _anthropic, ())
 
 
 def instrument() -> None:
     """Patch the Anthropic SDK (idempotent); see the module docstring."""
-    global _patches
-    with _lock:
-        if _patches is None:
-            stainless.load(_anthropic, "_base_client", "_streaming", "_response", "_legacy_response")
-            sdk = stainless.SDK(_anthropic, _Endpoints())
-            # MessageStream.close closes its raw Stream, which is patched: no helper classes needed.
-            _patches = stainless.patch(sdk, _anthropic, ())
+    _slot.install(_apply)
 
 
 def uninstrument() -> None:
     """Restore the Anthropic SDK (idempotent); streams already open still settle."""
-    global _patches
-    with _lock:
-        if _patches is not None:
-            _patches.undo()
-            _patches = None
+    _slot.remove()
 
 
 def instrumented() -> bool:
-    return _patches is not None
+    return _slot.active

@@ -22,7 +22,6 @@ try:
 except ImportError as exc:
     raise MissingFrameworkError("google-genai", "google-genai", exc) from exc
 
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +29,7 @@ from ..kernel.pricing import TokenUsage
 from . import _provider_streams as streams
 from ._provider_calls import Outcome, Plan, ProviderCall, begin, context_now, text_tokens
 from ._provider_calls import limit as _limit
-from ._provider_patch import Patches
+from ._provider_patch import Instrumentation, Patches
 
 __all__ = ["instrument", "instrumented", "tokens", "uninstrument"]
 
@@ -181,34 +180,29 @@ def _wrap_astream(original: Any) -> Any:
     return _generate_content_stream
 
 
-_lock = threading.Lock()
-_patches: Patches | None = None
+_slot = Instrumentation()
+
+
+def _apply() -> Patches:
+    patches = Patches()
+    sync_models = getattr(_models, "Models", None)
+    async_models = getattr(_models, "AsyncModels", None)
+    patches.wrap(sync_models, "_generate_content", _wrap_generate)
+    patches.wrap(sync_models, "_generate_content_stream", _wrap_stream)
+    patches.wrap(async_models, "_generate_content", _wrap_agenerate)
+    patches.wrap(async_models, "_generate_content_stream", _wrap_astream)
+    return patches
 
 
 def instrument() -> None:
     """Patch google-genai (idempotent); see the module docstring."""
-    global _patches
-    with _lock:
-        if _patches is not None:
-            return
-        patches = Patches()
-        sync_models = getattr(_models, "Models", None)
-        async_models = getattr(_models, "AsyncModels", None)
-        patches.wrap(sync_models, "_generate_content", _wrap_generate)
-        patches.wrap(sync_models, "_generate_content_stream", _wrap_stream)
-        patches.wrap(async_models, "_generate_content", _wrap_agenerate)
-        patches.wrap(async_models, "_generate_content_stream", _wrap_astream)
-        _patches = patches
+    _slot.install(_apply)
 
 
 def uninstrument() -> None:
     """Restore google-genai (idempotent); streams already open still settle."""
-    global _patches
-    with _lock:
-        if _patches is not None:
-            _patches.undo()
-            _patches = None
+    _slot.remove()
 
 
 def instrumented() -> bool:
-    return _patches is not None
+    return _slot.active

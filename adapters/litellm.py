@@ -23,7 +23,6 @@ try:
 except ImportError as exc:
     raise MissingFrameworkError("litellm", "litellm", exc) from exc
 
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +31,7 @@ from ..kernel.pricing import usage_from_mapping
 from . import _provider_claims as claims
 from . import _provider_streams as streams
 from ._provider_calls import Outcome, Plan, ProviderCall, begin, context_now, limit, text_tokens
-from ._provider_patch import Patches
+from ._provider_patch import Instrumentation, Patches
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
 
@@ -230,36 +229,31 @@ def _wrap_aclose(original: Any) -> Any:
     return aclose
 
 
-_lock = threading.Lock()
-_patches: Patches | None = None
+_slot = Instrumentation()
+
+
+def _apply() -> Patches:
+    patches = Patches()
+    main = getattr(_litellm, "main", None)
+    for module in (_litellm, main):
+        patches.wrap(module, "completion", _wrap_completion)
+        patches.wrap(module, "acompletion", _wrap_acompletion)
+    patches.wrap(CustomStreamWrapper, "__next__", _wrap_next)
+    patches.wrap(CustomStreamWrapper, "__anext__", _wrap_anext)
+    patches.wrap(CustomStreamWrapper, "close", _wrap_close)
+    patches.wrap(CustomStreamWrapper, "aclose", _wrap_aclose)
+    return patches
 
 
 def instrument() -> None:
     """Patch LiteLLM (idempotent); see the module docstring."""
-    global _patches
-    with _lock:
-        if _patches is not None:
-            return
-        patches = Patches()
-        main = getattr(_litellm, "main", None)
-        for module in (_litellm, main):
-            patches.wrap(module, "completion", _wrap_completion)
-            patches.wrap(module, "acompletion", _wrap_acompletion)
-        patches.wrap(CustomStreamWrapper, "__next__", _wrap_next)
-        patches.wrap(CustomStreamWrapper, "__anext__", _wrap_anext)
-        patches.wrap(CustomStreamWrapper, "close", _wrap_close)
-        patches.wrap(CustomStreamWrapper, "aclose", _wrap_aclose)
-        _patches = patches
+    _slot.install(_apply)
 
 
 def uninstrument() -> None:
     """Restore LiteLLM (idempotent); streams already open still settle."""
-    global _patches
-    with _lock:
-        if _patches is not None:
-            _patches.undo()
-            _patches = None
+    _slot.remove()
 
 
 def instrumented() -> bool:
-    return _patches is not None
+    return _slot.active

@@ -20,13 +20,12 @@ try:
 except ImportError as exc:
     raise MissingFrameworkError("mcp", "mcp", exc) from exc
 
-import threading
 from typing import Any
 
 from .. import CallNode, ExecutionContext, WrapOptions
 from . import _provider_claims as claims
 from ._provider_calls import context_now
-from ._provider_patch import Patches
+from ._provider_patch import Instrumentation, Patches
 
 __all__ = ["ToolResultError", "instrument", "instrumented", "uninstrument"]
 
@@ -82,28 +81,24 @@ def _wrap_call_tool(original: Any) -> Any:
     return call_tool
 
 
-_lock = threading.Lock()
-_patches: Patches | None = None
+_slot = Instrumentation()
+
+
+def _apply() -> Patches:
+    patches = Patches()
+    patches.wrap(ClientSession, "call_tool", _wrap_call_tool)
+    return patches
 
 
 def instrument() -> None:
     """Patch the MCP client session (idempotent); see the module docstring."""
-    global _patches
-    with _lock:
-        if _patches is None:
-            patches = Patches()
-            patches.wrap(ClientSession, "call_tool", _wrap_call_tool)
-            _patches = patches
+    _slot.install(_apply)
 
 
 def uninstrument() -> None:
     """Restore the MCP client session (idempotent)."""
-    global _patches
-    with _lock:
-        if _patches is not None:
-            _patches.undo()
-            _patches = None
+    _slot.remove()
 
 
 def instrumented() -> bool:
-    return _patches is not None
+    return _slot.active

@@ -24,14 +24,13 @@ except ImportError as exc:
     raise MissingFrameworkError("openai", "openai", exc) from exc
 
 import importlib
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from ..kernel.pricing import TokenUsage, usage_from_mapping
 from . import _provider_stainless as stainless
 from ._provider_calls import Outcome, Plan, limit, text_tokens
-from ._provider_patch import Patches
+from ._provider_patch import Instrumentation, Patches
 from ._provider_streams import Meter
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
@@ -211,8 +210,7 @@ _HELPERS = (
     "lib.streaming.responses._responses.AsyncResponseStream",
 )
 
-_lock = threading.Lock()
-_patches: Patches | None = None
+_slot = Instrumentation()
 
 
 def _helper(path: str) -> Any:
@@ -223,24 +221,21 @@ def _helper(path: str) -> Any:
         return None
 
 
+def _apply() -> Patches:
+    stainless.load(_openai, "_base_client", "_streaming", "_response", "_legacy_response")
+    sdk = stainless.SDK(_openai, _Endpoints())
+    return stainless.patch(sdk, _openai, tuple(_helper(p) for p in _HELPERS))
+
+
 def instrument() -> None:
     """Patch the OpenAI SDK (idempotent); see the module docstring."""
-    global _patches
-    with _lock:
-        if _patches is None:
-            stainless.load(_openai, "_base_client", "_streaming", "_response", "_legacy_response")
-            sdk = stainless.SDK(_openai, _Endpoints())
-            _patches = stainless.patch(sdk, _openai, tuple(_helper(p) for p in _HELPERS))
+    _slot.install(_apply)
 
 
 def uninstrument() -> None:
     """Restore the OpenAI SDK (idempotent); streams already open still settle."""
-    global _patches
-    with _lock:
-        if _patches is not None:
-            _patches.undo()
-            _patches = None
+    _slot.remove()
 
 
 def instrumented() -> bool:
-    return _patches is not None
+    return _slot.active
