@@ -21,7 +21,8 @@ class Problem:
     detail: str = ""
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.what}" + (f" ({self.detail})" if self.detail else "")
+        where = f"{self.file}:{self.line}" if self.line else self.file  # line 0: the file as a whole
+        return f"{where}: {self.what}" + (f" ({self.detail})" if self.detail else "")
 
 
 @dataclass(slots=True)
@@ -42,8 +43,12 @@ class Checker:
 def check_file_end(
     lines: list[Line], physical_last: Line, next_file: list[Line] | None, checker: Checker
 ) -> None:
-    """The file's last record in seq order must be a head record (and name the next file, if any)."""
-    last = lines[-1]
+    """The file's last record in seq order must be a head record (and name the next file, if any);
+    a signed digest may follow it."""
+    at = len(lines) - 1
+    while at > 0 and lines[at].record is not None and lines[at].record.get("type") == "digest":  # type: ignore[union-attr]
+        at -= 1
+    last = lines[at]
     if physical_last.partial:
         return  # already reported as truncated at that line
     record = last.record
@@ -72,6 +77,12 @@ def reorder(items: list[Item], checker: Checker) -> list[Item]:
     kept_seqs = {good[k][1] for k in keep}
     movable = {i for i, _ in good} - kept
     ordered = [it for i, it in enumerate(items) if i not in movable]
+    # Each moved line goes right after the last kept line with a smaller seq: found by bisection
+    # over the kept seqs (increasing by construction), then all are merged in one pass, so a
+    # shuffled file costs n log n, not n squared.
+    kept_positions = [n for n, it in enumerate(ordered) if _seq(it) is not None]
+    kept_values = [_seq(ordered[n]) for n in kept_positions]
+    inserts: dict[int, list[Item]] = {}
     for i, seq in good:
         if i in kept:
             continue
@@ -81,20 +92,27 @@ def reorder(items: list[Item], checker: Checker) -> list[Item]:
         if seq in kept_seqs:
             checker.report(line.file, line.lineno, "modified", f"seq {seq} appears twice")
             continue
-        at = _insert_at(ordered, seq)
+        k = bisect.bisect_left(kept_values, seq)  # type: ignore[type-var]
+        at = kept_positions[k - 1] + 1 if k else 0
         neighbour = ordered[at - 1].line.lineno if at else 0
         checker.report(line.file, line.lineno, "reordered", f"seq {seq} belongs after line {neighbour}")
-        ordered.insert(at, item)
-    return ordered
+        inserts.setdefault(at, []).append(item)
+    if not inserts:
+        return ordered
+    merged: list[Item] = []
+    for n in range(len(ordered) + 1):
+        group = inserts.get(n)
+        if group:
+            merged.extend(sorted(group, key=lambda it: _seq(it) or 0))
+        if n < len(ordered):
+            merged.append(ordered[n])
+    return merged
 
 
-def _insert_at(ordered: list[Item], seq: int) -> int:
-    at = 0
-    for position, item in enumerate(ordered):
-        record = item.line.record
-        if item.ok and record is not None and isinstance(record.get("seq"), int) and record["seq"] < seq:
-            at = position + 1
-    return at
+def _seq(item: Item) -> int | None:
+    record = item.line.record
+    seq = record.get("seq") if item.ok and record is not None else None
+    return seq if isinstance(seq, int) else None
 
 
 def _longest_increasing(values: list[int]) -> list[int]:

@@ -55,6 +55,11 @@ def expand(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def read_lines(path: Path) -> list[Line]:
+    return read_file(path)[0]
+
+
+def read_file(path: Path) -> tuple[list[Line], bytes]:
+    """The lines of ``path`` and its bytes (signed digests are checked against the bytes)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -73,7 +78,7 @@ def read_lines(path: Path) -> list[Line]:
         else:
             record, body, digest = parsed
             lines.append(Line(name, number, record, body, digest, partial))
-    return lines
+    return lines, data
 
 
 def iter_records(paths: Iterable[str | Path]) -> Iterator[dict[str, Any]]:

@@ -70,12 +70,25 @@ def call(
     return record
 
 
+# What an approval decision says about who decided (see veronica_mw.control): kept as the event
+# record's ``decision``, so an auditor finds it without knowing each event's data layout.
+DECISION_KEYS = ("approver", "args_sha256", "edited_args_sha256", "decided_at")
+
+
 def event(t: float, chain: str, kind: str, detail: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    return {"type": "event", "chain": chain, "kind": kind, "detail": detail, "data": jsonable(data)}
+    record = {"type": "event", "chain": chain, "kind": kind, "detail": detail, "data": jsonable(data)}
+    if kind.startswith("approval_") and data:
+        decision = {k: jsonable(data[k]) for k in DECISION_KEYS if data.get(k) is not None}
+        if decision:
+            record["decision"] = decision
+    return record
 
 
-def halt(t: float, chain: str, reason: str, detail: str, usage: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "halt", "chain": chain, "reason": reason, "detail": detail, "usage": usage}
+def halt(
+    t: float, chain: str, reason: str, detail: str, usage: dict[str, Any], limits: dict[str, Any]
+) -> dict[str, Any]:
+    """A halt with the usage then and the limits that were in force (what it was measured against)."""
+    return {"type": "halt", "chain": chain, "reason": reason, "detail": detail, "usage": usage, "limits": limits}
 
 
 def context_ended(t: float, chain: str, usage: dict[str, Any], reason: str | None) -> dict[str, Any]:

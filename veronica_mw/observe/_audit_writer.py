@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ._audit_files import ChainFiles
@@ -30,18 +31,20 @@ class Writer:
 
     def __init__(
         self,
-        open_chain: Callable[[str | None], ChainFiles],
+        open_chain: Callable[[str | None, Path | None], ChainFiles],
         format_item: Callable[[Any], dict[str, Any]],
         *,
         queue_size: int,
         head_interval_s: float,
         retry_s: float = 5.0,
+        digest_interval_s: float = 60.0,
     ) -> None:
         self._open_chain = open_chain
         self._format = format_item
         self._max = queue_size
         self._head_interval = head_interval_s
         self._retry_s = retry_s
+        self._sleep = min(head_interval_s, digest_interval_s)
         self._reset()
 
     def _reset(self) -> None:
@@ -55,6 +58,7 @@ class Writer:
         self.chain: ChainFiles | None = None
         self._broken_until = 0.0
         self._last_error: str | None = None
+        self._previous: Path | None = None  # the last file of the chain a write error ended
         self._last_logged = 0.0
         self.written = 0
         self.dropped: dict[str, int] = {}  # reason -> records lost for it
@@ -150,7 +154,7 @@ class Writer:
                 self._idle()
             except Exception:  # the writer must survive anything; what it held is counted lost
                 logger.exception("veronica_mw: audit writer failed")
-            self._wake.wait(self._head_interval)
+            self._wake.wait(self._sleep)
         self._finish()
 
     def _handle(self, batch: list[Any]) -> None:
@@ -179,7 +183,7 @@ class Writer:
             if time.monotonic() < self._broken_until:
                 self._lost(records, drops)
                 return
-            chain = self._open_chain(self._last_error)
+            chain = self._open_chain(self._last_error, self._previous)
         try:
             chain.write(records)
         except OSError as exc:
@@ -220,6 +224,8 @@ class Writer:
 
     def _failed(self, chain: ChainFiles, exc: OSError) -> None:
         chain.abandon()
+        if chain.files:
+            self._previous = chain.files[-1]
         self.chain = None
         self._broken_until = time.monotonic() + self._retry_s
         message = f"{type(exc).__name__}: {exc}"
@@ -231,12 +237,14 @@ class Writer:
         chain = self.chain
         if self._unreported() is not None:
             self._write([])
-        elif (
-            chain is not None and chain.unheaded and time.monotonic() - chain.last_head >= self._head_interval
+        elif chain is not None and (
+            chain.undigested
+            or (chain.unheaded and time.monotonic() - chain.last_head >= self._head_interval)
         ):
             try:
-                chain.head("idle")
-                chain.write([])
+                if chain.unheaded and time.monotonic() - chain.last_head >= self._head_interval:
+                    chain.head("idle")
+                chain.write([])  # writes the digest when one is due
             except OSError as exc:
                 self._failed(chain, exc)
 

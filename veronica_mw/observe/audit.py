@@ -13,15 +13,18 @@ Records, in order, one per line (all with ``seq``, ``prev``, ``t`` -- Unix time 
 call: kind, name, model, tokens, cost, status, duration; with ``record_bodies`` also the request
 and the response text), ``event`` (soft limit, unpriced call, check, approval...), ``halt`` (reason,
 detail, usage then), ``context_ended`` (final usage), ``refused`` (a request a tenant budget pool
-turned away before it had a context), ``dropped`` (records that could not be written, with why)
-and ``head``.
+turned away before it had a context), ``dropped`` (records that could not be written, with why),
+``head``, ``digest`` (signed, with ``signing_key``) and ``recovery`` (what a new chain found of
+chains that ended badly). Every record is redacted (:mod:`._redact`) as it is serialised.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
 import time
+from collections.abc import Iterable
 import weakref
 from pathlib import Path
 from typing import Any
@@ -33,9 +36,12 @@ from ..kernel.graph import CallNode
 from ..kernel.observer import Observer
 from ..kernel.snapshot import ExecutionEvent
 from . import _audit_records as records
+from ._audit_anchor import make_anchor
 from ._audit_chain import Digester, canonical, plain_digest
 from ._audit_files import ChainFiles
+from ._audit_sign import Signer
 from ._audit_writer import Writer
+from ._redact import Redactor
 
 __all__ = ["AuditLog"]
 
@@ -53,6 +59,13 @@ class AuditLog(Observer):
     many records (and on close, on rotation, after ``head_interval_s`` of quiet). ``queue_size``:
     records waiting for the writer beyond which new ones are dropped (and counted). ``retry_s``:
     how soon writing is tried again after an error (missing or read-only directory, full disk).
+    ``signing_key``: an Ed25519 private key (a ``cryptography`` key object, PEM bytes or a PEM
+    file's path; ``pip install "veronica-mw[audit]"``): each chain then writes signed ``digest``
+    records at its start, every ``digest_interval_s``, at rotation and on close. ``anchor``: where
+    every signed digest is also sent -- a path (append-only file, best on another volume), a
+    ``redis://`` URL (a list per log) or a callable taking the entry dict. ``redact``: more names
+    (str, matched case-insensitively) or value patterns (``re.Pattern``) to redact, on top of
+    the built-in ones.
     """
 
     def __init__(
@@ -66,6 +79,10 @@ class AuditLog(Observer):
         queue_size: int = 10_000,
         head_interval_s: float = 5.0,
         retry_s: float = 5.0,
+        signing_key: Any = None,
+        digest_interval_s: float = 60.0,
+        anchor: Any = None,
+        redact: Iterable[str | re.Pattern[str]] = (),
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
@@ -76,25 +93,43 @@ class AuditLog(Observer):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        for name, seconds in (("head_interval_s", head_interval_s), ("retry_s", retry_s)):
+        for name, seconds in (
+            ("head_interval_s", head_interval_s),
+            ("retry_s", retry_s),
+            ("digest_interval_s", digest_interval_s),
+        ):
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
                 raise ValueError(f"{name} must be a number > 0, got {seconds!r}")
         self.path = Path(os.fspath(path))
         self.record_bodies = bool(record_bodies)
         self._digester = Digester(key)
-        self._chain_options = {"max_bytes": max_bytes, "head_every": head_every, "bodies": self.record_bodies}
+        self._redactor = Redactor(redact)
+        if anchor is not None and signing_key is None:
+            raise ValueError("anchor= needs signing_key=: only signed digests are anchored")
+        signer = Signer(signing_key) if signing_key is not None else None
+        self._chain_options: dict[str, Any] = {
+            "max_bytes": max_bytes,
+            "head_every": head_every,
+            "bodies": self.record_bodies,
+            "signer": signer,
+            "anchor": make_anchor(anchor, self.path.stem if self.path.suffix else self.path.name),
+            "digest_interval_s": float(digest_interval_s),
+        }
         self._configs: dict[ExecutionConfig, tuple[dict[str, Any], str]] = {}
         self._writer = Writer(
             self._open_chain,
-            records.format_item,
+            self._format,
             queue_size=queue_size,
             head_interval_s=float(head_interval_s),
             retry_s=float(retry_s),
+            digest_interval_s=float(digest_interval_s) if signer is not None else float(head_interval_s),
         )
         _live.add(self)
 
     def __repr__(self) -> str:
-        return f"<AuditLog {str(self.path)!r} {self._digester.alg}{' bodies' if self.record_bodies else ''}>"
+        signed = " signed" if self._chain_options["signer"] is not None else ""
+        bodies = " bodies" if self.record_bodies else ""
+        return f"<AuditLog {str(self.path)!r} {self._digester.alg}{signed}{bodies}>"
 
     # -- observer: capture on the calling thread, format on the writer's -------------------------
 
@@ -152,7 +187,9 @@ class AuditLog(Observer):
         self._writer.submit((records.event, time.time(), ctx.chain_id, event.kind, event.detail, event.data))
 
     def halted(self, ctx: ExecutionContext, reason: str, detail: str) -> None:
-        self._writer.submit((records.halt, time.time(), ctx.chain_id, reason, detail, _usage(ctx)))
+        self._writer.submit(
+            (records.halt, time.time(), ctx.chain_id, reason, detail, _usage(ctx), self._config(ctx.config)[0])
+        )
 
     def context_ended(self, ctx: ExecutionContext) -> None:
         self._writer.submit((records.context_ended, time.time(), ctx.chain_id, _usage(ctx), ctx.abort_reason))
@@ -183,7 +220,8 @@ class AuditLog(Observer):
 
     @property
     def head(self) -> str | None:
-        """The digest of the last record written (pass it to ``audit verify --expect-head``)."""
+        """The digest of the last record this process's chain wrote (keep it somewhere safe and
+        pass it to ``audit verify --expect-head`` later: it stays valid whatever other chains write)."""
         chain = self._writer.chain
         return chain.prev if chain is not None and chain.seq else None
 
@@ -205,8 +243,15 @@ class AuditLog(Observer):
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _open_chain(self, after_error: str | None) -> ChainFiles:
-        return ChainFiles(self.path, self._digester, after_error=after_error, **self._chain_options)  # type: ignore[arg-type]
+    def _open_chain(self, after_error: str | None, previous: Path | None) -> ChainFiles:
+        return ChainFiles(
+            self.path, self._digester, after_error=after_error, previous=previous, **self._chain_options
+        )
+
+    def _format(self, item: tuple[Any, ...]) -> dict[str, Any]:
+        """On the writer thread: the record, with every secret replaced just before it is sealed."""
+        redacted: dict[str, Any] = self._redactor(records.format_item(item))
+        return redacted
 
     def _config(self, config: ExecutionConfig) -> tuple[dict[str, Any], str]:
         cached = self._configs.get(config)

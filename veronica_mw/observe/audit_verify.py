@@ -9,18 +9,29 @@ A problem names the file and line where the log stops being what the writer wrot
 - ``missing record``: ``seq`` jumps here (a line or a whole file was removed before it);
 - ``reordered``: the line's ``seq`` belongs elsewhere (lines were swapped or moved);
 - ``truncated``: the file ends mid-line, or without its closing ``head`` record, or the head the
-  auditor expects (``expect_heads``) is not in the log.
+  auditor expects (``expect_heads``) is not in the log;
+- with ``public_key`` (:mod:`._audit_signed`): ``unsigned``, ``forged digest``, ``missing digest``,
+  ``missing file``, and ``modified``/``truncated`` of bytes a signed digest covers; with
+  ``anchors``: ``missing chain``, ``missing digest`` (an anchored digest is gone), ``forged anchor``.
+
+Ends that a later chain's ``recovery`` record explains, or that lie after the last signed digest,
+are not problems but notes (:mod:`._audit_tails`). Everything is linear in the size of the log.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from ._audit_anchor import read_anchor
 from ._audit_chain import HMAC_SHA256, SHA256, Digester, canonical, is_hex_digest, plain_digest
 from ._audit_links import Checker, Item, Problem, check_file_end, reorder, walk
-from ._audit_read import AuditInputError, Line, expand, read_lines
+from ._audit_read import AuditInputError, Line, expand, read_file
+from ._audit_sign import Checker as SignatureChecker
+from ._audit_signed import Coverage, check_anchors, check_digests
+from ._audit_tails import describe_coverage, explain, recovery_facts
 
 __all__ = ["ChainReport", "KeyRequired", "Problem", "VerifyReport", "verify"]
 
@@ -44,6 +55,9 @@ class VerifyReport:
     chains: list[ChainReport]
     problems: list[Problem]
     head: str | None  # one chain: its head; several: the digest of all their heads
+    notes: list[str] = field(default_factory=list)  # recovered: ... / not covered: ...
+    signed: dict[str, Any] | None = None  # with a public key: chains, until (time), uncovered
+    anchored: int = 0  # anchored digests checked
 
     @property
     def ok(self) -> bool:
@@ -51,9 +65,24 @@ class VerifyReport:
 
 
 def verify(
-    paths: Iterable[str | Path], *, key: bytes | None = None, expect_heads: Sequence[str] = ()
+    paths: Iterable[str | Path],
+    *,
+    key: bytes | None = None,
+    expect_heads: Sequence[str] = (),
+    public_key: Any = None,
+    anchors: Sequence[str] = (),
 ) -> VerifyReport:
-    """Verify the audit files named by ``paths`` (files, directories, or a configured log path)."""
+    """Verify the audit files named by ``paths`` (files, directories, or a configured log path).
+
+    ``public_key`` (an Ed25519 public key, PEM bytes or a PEM file's path): every chain must carry
+    signed digests that hold. ``anchors``: anchor files or ``redis://`` URLs whose every entry
+    must be in the log (needs ``public_key``)."""
+    if anchors and public_key is None:
+        raise AuditInputError("--anchor needs --public-key: anchored digests are checked by their signature")
+    try:
+        signatures = SignatureChecker(public_key) if public_key is not None else None
+    except (ValueError, TypeError) as exc:
+        raise AuditInputError(f"--public-key: {exc}") from exc
     heads = [h.strip().lower() for h in expect_heads]
     for expected in heads:
         if not is_hex_digest(expected):
@@ -61,13 +90,16 @@ def verify(
     files = expand(paths)
     checker = Checker()
     groups: dict[str, list[tuple[int, list[Line]]]] = {}
+    data: dict[str, bytes] = {}
+    empty: list[str] = []
     total = 0
     for path in files:
-        lines = read_lines(path)
+        lines, data[str(path)] = read_file(path)
         total += sum(1 for line in lines if line.record is not None)
         first = lines[0].record if lines else None
         if not lines:
             checker.report(str(path), 1, "truncated", "empty file")
+            empty.append(str(path))
         elif first is not None and first.get("type") == "log" and isinstance(first.get("log"), str):
             index = first.get("file")
             groups.setdefault(first["log"], []).append((index if isinstance(index, int) else 0, lines))
@@ -76,9 +108,29 @@ def verify(
             groups.setdefault(f"?{path}", []).append((-1, lines))
     chains: list[ChainReport] = []
     digests: set[str] = set()
+    facts: dict[tuple[str, int, int], str] = {}
+    coverages: dict[str, Coverage] = {}
+    tails: list[tuple[str, list[Line], bytes]] = []
     for log_id, members in groups.items():
         members.sort(key=lambda m: m[0])
-        chains.append(_check_chain(log_id, members, key, checker, digests))
+        report, ordered = _check_chain(log_id, members, key, checker, digests)
+        chains.append(report)
+        recovery_facts(ordered, log_id, facts)
+        if signatures is not None and not log_id.startswith("?") and ordered:
+            coverages[log_id] = check_digests(log_id, members, ordered, data, signatures, checker)
+        last_lines = members[-1][1]
+        tails.append((log_id, last_lines, data[last_lines[0].file]))
+    # Explained ends first: an anchored digest cut off the same end must still be reported.
+    notes = explain(checker, tails, facts, coverages if signatures is not None else None, empty)
+    anchored = 0
+    if signatures is not None:
+        ends = {log: (ls[-1][1][0].file, ls[-1][1][-1].lineno + 1) for log, ls in groups.items()}
+        for source in anchors:
+            try:
+                entries = read_anchor(source, _log_name(files))
+            except Exception as exc:  # a missing file, an unreachable Redis: the auditor's input
+                raise AuditInputError(f"--anchor {source}: {type(exc).__name__}: {exc}") from exc
+            anchored += check_anchors(entries, source, coverages, ends, signatures, checker)
     head: str | None
     if len(chains) == 1:
         head = chains[0].head
@@ -98,7 +150,13 @@ def verify(
     # In chain order (a rotated chain's files by index), then by line.
     rank = {lines[0].file: n for n, lines in enumerate(m[1] for ms in groups.values() for m in ms if m[1])}
     problems = sorted(checker.problems.values(), key=lambda p: (rank.get(p.file, len(rank)), p.file, p.line))
-    return VerifyReport(total, chains, problems, head)
+    signed = describe_coverage(list(coverages.values())) if signatures is not None else None
+    return VerifyReport(total, chains, problems, head, notes, signed, anchored)
+
+
+def _log_name(files: list[Path]) -> str:
+    """The configured log's name, from its chain files (``audit.<host>.<pid>.jsonl`` -> ``audit``)."""
+    return files[0].name.split(".", 1)[0] if files else "audit"
 
 
 def _report_no_opening(first: Line, key: bytes | None, checker: Checker) -> None:
@@ -147,7 +205,7 @@ def _check_chain(
     key: bytes | None,
     checker: Checker,
     digests: set[str],
-) -> ChainReport:
+) -> tuple[ChainReport, list[Item]]:
     digester = _digester(log_id, members, key, checker)
     items: list[Item] = []
     expected_index = 0
@@ -181,7 +239,7 @@ def _check_chain(
         )
         checker.report(first.file, first.lineno, "bad digest", detail)
         files = [lines[0].file for _, lines in members if lines]
-        return ChainReport(log_id, digester.alg, files, len(readable), None)
+        return ChainReport(log_id, digester.alg, files, len(readable), None), []
     ordered = reorder(items, checker)
     walk(ordered, members, digester, key, checker)
     for number, (_, lines) in enumerate(members):
@@ -193,6 +251,5 @@ def _check_chain(
             digests.add(item.line.digest)
     head = ordered[-1].line.digest if ordered and ordered[-1].line.digest else None
     files = [lines[0].file for _, lines in members if lines]
-    return ChainReport(
-        log_id, digester.alg, files, sum(1 for it in items if it.line.record is not None), head
-    )
+    count = sum(1 for it in items if it.line.record is not None)
+    return ChainReport(log_id, digester.alg, files, count, head), ordered
