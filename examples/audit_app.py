@@ -16,9 +16,11 @@ Or run it as a script (offline, no server): it sends a few requests in-process, 
 verifies it and prints the tree. The "model" is an offline stand-in answering in the OpenAI
 chat-completions format, with token usage, so the calls are priced as gpt-4o-mini.
 
-Settings (environment): ``AUDIT_PATH`` (default ``audit/audit.jsonl``; its directory is created),
-``AUDIT_KEY`` (HMAC key; unset: plain SHA-256), ``AUDIT_BODIES`` (1: keep prompts and answers;
-default 1 in this demo, off by default in the library).
+Settings (environment): ``AUDIT_PATH`` (default ``audit/audit.jsonl``; its directory is created,
+mode 0700), ``AUDIT_KEY`` (HMAC key; unset: plain SHA-256), ``AUDIT_SIGNING_KEY`` (path of an
+Ed25519 private key from ``veronica-mw audit keygen``: signed digests), ``AUDIT_ANCHOR`` (where
+the signed digests also go: a file on another volume or a ``redis://`` URL), ``AUDIT_BODIES``
+(1: keep prompts and answers; default 1 in this demo, off by default in the library).
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ from veronica_mw.adapters.fastapi import CurrentExecutionContext
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
 AUDIT_PATH = Path(os.environ.get("AUDIT_PATH", "audit/audit.jsonl"))
-AUDIT_PATH.parent.mkdir(parents=True, exist_ok=True)
+AUDIT_PATH.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
 _key = os.environ.get("AUDIT_KEY")
 audit = AuditLog(
     AUDIT_PATH,
     key=_key.encode() if _key else None,
     record_bodies=os.environ.get("AUDIT_BODIES", "1") == "1",
+    signing_key=os.environ.get("AUDIT_SIGNING_KEY") or None,
+    anchor=os.environ.get("AUDIT_ANCHOR") or None,
 )
 
 

@@ -1,9 +1,11 @@
-"""1,000 requests through real servers -- uvicorn with 4 worker processes, a threaded werkzeug -- write
-logs that ``veronica-mw audit verify`` accepts, with exactly one call record per model call made."""
+"""1,000 requests through real servers -- uvicorn with 3 worker processes (keyed, signed, anchored),
+a threaded werkzeug -- write logs that ``veronica-mw audit verify`` accepts, with exactly one call
+record per model call made; and the signed multi-process log reports every tampering."""
 
 from __future__ import annotations
 
 import re
+import shutil
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,6 +15,7 @@ import httpx
 from flask import Flask, request
 
 from veronica_mw import AuditLog, ExecutionConfig, get_current_execution_context
+from veronica_mw.observe._audit_sign import keygen
 from veronica_mw.web.wsgi import VeronicaWSGIMiddleware
 
 from ._servers import UvicornWorkers, serve_wsgi
@@ -45,11 +48,18 @@ def hammer(url: str, path: str) -> list[dict[str, Any]]:
             return list(pool.map(one, range(REQUESTS)))
 
 
-def check_log(cli: Cli, directory: Path, replies: list[dict[str, Any]], chains: int, path: str) -> None:
-    code, out, err = cli("audit", "verify", directory)
+def check_log(
+    cli: Cli, directory: Path, replies: list[dict[str, Any]], chains: int, path: str, *extra: str | Path
+) -> dict[str, str]:
+    """Verify, count every record kind; returns each chain's own head (log id -> digest)."""
+    code, out, err = cli("audit", "verify", directory, *extra)
     assert code == 0, out + err
-    match = re.fullmatch(r"ok: (\d+) records, (\d+) chains, head [0-9a-f]{64}\n", out)
+    match = re.search(r"^ok: (\d+) records, (\d+) chains", out, re.M)
     assert match and int(match.group(2)) == chains, out
+    heads = dict(re.findall(r"^chain (\S+): \d+ records, head ([0-9a-f]{64})$", out, re.M))
+    if chains == 1:
+        heads = dict(re.findall(r"^ok: \d+ records, 1 chains, head ([0-9a-f]{64})$()", out, re.M))
+    assert len(heads) == chains, out
     records = read_records(directory)
     assert int(match.group(1)) == len(records)
     kinds = Counter(r["type"] for r in records)
@@ -62,18 +72,59 @@ def check_log(cli: Cli, directory: Path, replies: list[dict[str, Any]], chains: 
     raw = b"".join(p.read_bytes() for p in directory.iterdir())
     for secret in SECRETS:
         assert secret.encode() not in raw
+    return heads
 
 
-def test_uvicorn_with_four_workers(tmp_path: Path, cli: Cli) -> None:
-    env = {"AUDIT_PATH": str(tmp_path / "audit.jsonl"), "AUDIT_BODIES": "0", "AUDIT_KEY": ""}
-    with UvicornWorkers("audit_app", env, workers=4) as server:
+def test_uvicorn_three_workers_keyed_signed_anchored(tmp_path: Path, cli: Cli) -> None:
+    logs, witness = tmp_path / "logs", tmp_path / "witness"
+    private, public = keygen(tmp_path / "signing")
+    key_file = tmp_path / "hmac"
+    key_file.write_bytes(b"server-key")
+    env = {
+        "AUDIT_PATH": str(logs / "audit.jsonl"), "AUDIT_BODIES": "0", "AUDIT_KEY": "server-key",
+        "AUDIT_SIGNING_KEY": str(private), "AUDIT_ANCHOR": str(witness / "anchors.jsonl"),
+    }  # fmt: skip
+    with UvicornWorkers("audit_app", env, workers=3) as server:
         replies = hammer(server.url, "/ask")
         assert server.stop() == 0, server.stderr.decode()[-2000:]
     pids = {r["pid"] for r in replies}
-    files = sorted(tmp_path.glob("audit.*.jsonl"))
+    files = sorted(logs.glob("audit.*.jsonl"))
     assert {int(f.name.split(".")[-2]) for f in files} == pids  # one chain file per worker that served
     assert len(pids) >= 2  # the load really was spread over processes
-    check_log(cli, tmp_path, replies, chains=len(pids), path="/ask")
+    assert (logs.stat().st_mode & 0o777, witness.stat().st_mode & 0o777) == (0o700, 0o700)
+    assert {f.stat().st_mode & 0o777 for f in [*files, witness / "anchors.jsonl"]} == {0o600}
+    proof = ("--key-file", key_file, "--public-key", public, "--anchor", witness / "anchors.jsonl")
+    heads = check_log(cli, logs, replies, len(pids), "/ask", *proof)
+    # Each chain's own head, printed now, still verifies later whatever the other chains wrote.
+    for head in heads.values():
+        code, out, err = cli("audit", "verify", logs, *proof, "--expect-head", head)
+        assert code == 0 and "intact up to" in out, out + err
+
+    def tampered(name: str) -> Path:
+        copy = tmp_path / name
+        shutil.copytree(logs, copy)
+        return copy
+
+    one, two = sorted(logs.glob("audit.*.jsonl"))[:2]
+    # A whole chain deleted: the anchor names it.
+    gone = tampered("deleted")
+    (gone / one.name).unlink()
+    code, out, _ = cli("audit", "verify", gone, *proof)
+    assert code == 1 and "missing chain" in out and heads and any(log in out for log in heads), out
+    # Two chains' files swapped: each chain's signed digest names a file that is not its own.
+    swapped = tampered("swapped")
+    (swapped / one.name).rename(swapped / "tmp")
+    (swapped / two.name).rename(swapped / one.name)
+    (swapped / "tmp").rename(swapped / two.name)
+    code, out, _ = cli("audit", "verify", swapped, *proof)
+    assert code == 1 and out.count("missing file") == 2, out
+    # Cut back to an earlier head (whole lines, chain still consistent): the anchor catches it.
+    cut = tampered("cut")
+    lines = (cut / one.name).read_bytes().splitlines(keepends=True)
+    earlier = max(i for i, line in enumerate(lines[:-5]) if b'"type":"head"' in line)
+    (cut / one.name).write_bytes(b"".join(lines[: earlier + 1]))
+    code, out, _ = cli("audit", "verify", cut, *proof)
+    assert code == 1 and "missing digest" in out, out
 
 
 def test_threaded_werkzeug(tmp_path: Path, cli: Cli) -> None:

@@ -1,11 +1,13 @@
-"""``veronica-mw audit verify | show | calls``: check an audit log, read it as a tree, list its LLM calls.
+"""``veronica-mw audit verify | show | calls | keygen``: check an audit log, read it, list its LLM calls, make keys.
 
 PATH may be audit files, directories (every ``*.jsonl`` in them) or the ``path`` given to
-``AuditLog`` (its per-process files beside it).
+``AuditLog`` (its per-process files beside it). ``keygen OUT`` writes an Ed25519 key pair for
+``AuditLog(signing_key=OUT)``: OUT (private, mode 0600) and OUT.pub (for ``verify --public-key``).
 
-Exit status: 0 success (``verify``: the log is intact); 1 ``verify`` found problems, one line each,
+Exit status: 0 success (``verify``: nothing is missing or altered; ends explained by accidents are
+printed as ``recovered:`` / ``not covered:`` lines); 1 ``verify`` found problems, one line each,
 ``<file>:<line>: <what>``; 2 bad input (no such file, unknown chain id, a keyed log without
-``--key-file``, a malformed ``--expect-head``).
+``--key-file``, a malformed ``--expect-head``). Everything printed from the log is terminal-safe.
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from datetime import datetime, timezone
+
 from ..observe._audit_read import AuditInputError
+from ..observe._audit_sign import keygen
 from ..observe.audit_runs import Run, load_runs, replayable
 from ..observe.audit_verify import VerifyReport, verify
+from ._audit_escape import clean, safe
 from ._audit_tree import render_runs
 
 PROG = "veronica-mw audit"
@@ -40,10 +46,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="a head digest seen earlier: it must still be in the log (detects a dropped tail); repeatable",
     )  # fmt: skip
     check.add_argument(
+        "--public-key", type=Path, metavar="PUB",
+        help="Ed25519 public key (PEM, from 'audit keygen'): every chain's signed digests must hold",
+    )  # fmt: skip
+    check.add_argument(
+        "--anchor", action="append", default=[], metavar="PATH|URL",
+        help="anchor file or redis:// URL: every digest anchored there must be in the log; repeatable",
+    )  # fmt: skip
+    check.add_argument(
         "--max-problems", type=int, default=100, metavar="N", help="per file (0: all; default 100)"
     )
     check.add_argument("--json", action="store_true", help="print a JSON report")
     check.set_defaults(handler=_guarded(run_verify))
+
+    keys = actions.add_parser("keygen", help="write an Ed25519 key pair: OUT (private, 0600) and OUT.pub")
+    keys.add_argument("out", type=Path, metavar="OUT")
+    keys.set_defaults(handler=_guarded(run_keygen))
 
     show = actions.add_parser(
         "show", help="the runs as a tree: contexts > calls, with cost, status and halts"
@@ -71,8 +89,8 @@ def _guarded(handler: Any) -> Any:
         try:
             code: int = handler(args)
             return code
-        except (AuditInputError, OSError) as exc:
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
+        except (AuditInputError, OSError, ImportError) as exc:
+            print(f"{PROG}: error: {safe(str(exc))}", file=sys.stderr)
             return 2
 
     return run
@@ -95,14 +113,22 @@ def read_key(path: Path | None) -> bytes | None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    report = verify(args.paths, key=read_key(args.key_file), expect_heads=args.expect_head)
+    report = verify(
+        args.paths,
+        key=read_key(args.key_file),
+        expect_heads=args.expect_head,
+        public_key=args.public_key,
+        anchors=args.anchor,
+    )
     if args.json:
         json.dump(_verify_json(report), sys.stdout, indent=2)
         print()
         return 0 if report.ok else 1
     if report.ok:
-        print(f"ok: {report.records} records, {len(report.chains)} chains, head {report.head}")
-        return 0
+        if len(report.chains) == 1:
+            print(f"ok: {report.records} records, 1 chains, head {report.head}")
+        else:
+            print(f"ok: {report.records} records, {len(report.chains)} chains")
     shown: dict[str, int] = {}
     hidden: dict[str, int] = {}
     for problem in report.problems:
@@ -111,11 +137,33 @@ def run_verify(args: argparse.Namespace) -> int:
             hidden[problem.file] = hidden.get(problem.file, 0) + 1
             continue
         shown[problem.file] = count + 1
-        print(problem)
+        print(safe(str(problem)))
     for file, count in hidden.items():
-        print(f"{file}: ... and {count} more problems (--max-problems 0 lists all)")
-    print(f"{len(report.problems)} problems in {report.records} records", file=sys.stderr)
-    return 1
+        print(f"{safe(file)}: ... and {count} more problems (--max-problems 0 lists all)")
+    if report.ok and len(report.chains) > 1:
+        for chain in report.chains:  # each chain's own head: a stable --expect-head for later
+            print(f"chain {safe(chain.log)}: {chain.records} records, head {chain.head}")
+    for note in report.notes:
+        print(safe(note))
+    _print_coverage(report)
+    if not report.ok:
+        print(f"{len(report.problems)} problems in {report.records} records", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_coverage(report: VerifyReport) -> None:
+    signed = report.signed
+    if signed is None:
+        return
+    until = signed["until"]
+    when = datetime.fromtimestamp(until, timezone.utc).isoformat(timespec="seconds") if until else "-"
+    print(
+        f"intact up to {when} for {signed['chains']} chains; records after that (at most "
+        f"digest_interval_s) are not covered by a signature ({signed['uncovered']} records)"
+    )
+    if report.anchored:
+        print(f"anchored: {report.anchored} digests, every one found in the log")
 
 
 def _verify_json(report: VerifyReport) -> dict[str, Any]:
@@ -130,7 +178,17 @@ def _verify_json(report: VerifyReport) -> dict[str, Any]:
         "problems": [
             {"file": p.file, "line": p.line, "what": p.what, "detail": p.detail} for p in report.problems
         ],
+        "notes": report.notes,
+        "signed": report.signed,
+        "anchored": report.anchored,
     }
+
+
+def run_keygen(args: argparse.Namespace) -> int:
+    private, public = keygen(args.out)
+    print(f"private key: {safe(str(private))} (mode 0600: keep it with the writer only, never beside the log)")
+    print(f"public key:  {safe(str(public))} (give it to whoever verifies: audit verify --public-key)")
+    return 0
 
 
 # -- show / calls --------------------------------------------------------------------------------
@@ -146,12 +204,12 @@ def find_run(runs: dict[str, Run], chain: str) -> Run:
         return matches[0]
     if matches:
         raise AuditInputError(f"--chain {chain!r} matches {len(matches)} contexts; give more of the id")
-    raise AuditInputError(f"--chain {chain!r}: no such context in the log ({len(runs)} contexts)")
+    raise AuditInputError(f"--chain {safe(chain)!r}: no such context in the log ({len(runs)} contexts)")
 
 
 def run_show(args: argparse.Namespace) -> int:
     refusals: list[dict[str, Any]] = []
-    runs = load_runs(args.paths, refusals)
+    runs = load_runs(args.paths, refusals, None if args.json else clean)
     selected = [find_run(runs, args.chain)] if args.chain else None
     if args.json:
         json.dump(render_runs(runs, selected, as_json=True), sys.stdout, indent=2)
@@ -169,7 +227,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_calls(args: argparse.Namespace) -> int:
-    runs = load_runs(args.paths)
+    runs = load_runs(args.paths, None, None if args.json else clean)
     run = find_run(runs, args.chain)
     calls = replayable(run)
     if args.json:
@@ -200,6 +258,5 @@ def run_calls(args: argparse.Namespace) -> int:
 
 
 def _short(value: Any, width: int = 100) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    text = text.replace("\n", " ")
+    text = safe(value) if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= width else text[: width - 3] + "..."

@@ -30,6 +30,8 @@ from ._audit_recover import crashed, inspect
 from ._audit_sign import Signer
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+# Files some chain of this process created: never taken for a dead process's (pid reuse check).
+_ours: set[str] = set()
 
 
 def host_name() -> str:
@@ -208,6 +210,7 @@ class ChainFiles:
             self.digests.new_file(path.name)
         number = len(self.files)  # the file's place in this chain (its name may skip a number)
         self.files.append(path)
+        _ours.add(path.name)
         started = datetime.now(timezone.utc).isoformat(timespec="microseconds")
         self._append(
             {
@@ -231,7 +234,7 @@ class ChainFiles:
             previous = inspect(self._previous)
             if previous is not None:
                 found.append({**previous, "why": "write_error"})
-        skip = {p.name for p in self.files} | ({self._previous.name} if self._previous else set())
+        skip = _ours | ({self._previous.name} if self._previous else set())
         for item in crashed(self._dir, self._stem, self._suffix, self.host, skip):
             found.append({**item, "why": "process_gone"})
         if found:

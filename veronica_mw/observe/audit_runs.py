@@ -7,7 +7,7 @@ processes. Reading is lenient; ``audit verify`` is what judges integrity.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,9 +95,14 @@ class Run:
         return out
 
 
-def load_runs(paths: Iterable[str | Path], refusals: list[dict[str, Any]] | None = None) -> dict[str, Run]:
+def load_runs(
+    paths: Iterable[str | Path],
+    refusals: list[dict[str, Any]] | None = None,
+    clean: Callable[[Any], Any] | None = None,
+) -> dict[str, Run]:
     """Every run in the named files, keyed by chain id; ``children`` link nested contexts.
-    ``refusals`` (when given) receives the ``refused`` records: requests without a context."""
+    ``refusals`` (when given) receives the ``refused`` records: requests without a context.
+    ``clean`` (when given) is applied to every record first (the CLI makes them terminal-safe)."""
     runs: dict[str, Run] = {}
 
     def run_of(chain: str) -> Run:
@@ -107,6 +112,8 @@ def load_runs(paths: Iterable[str | Path], refusals: list[dict[str, Any]] | None
         return run
 
     for record in iter_records(paths):
+        if clean is not None:
+            record = clean(record)
         kind, chain = record.get("type"), record.get("chain")
         if kind == "refused" and refusals is not None:
             refusals.append(record)
