@@ -13,6 +13,10 @@ import pytest
 from veronica_mw.cli.main import main
 from veronica_mw.observe._audit_read import iter_records
 
+from ..pools.conftest import redis_server, redis_url
+
+__all__ = ["Cli", "read_records", "redis_server", "redis_url", "run_cli"]
+
 Cli = Callable[..., tuple[int, str, str]]
 
 

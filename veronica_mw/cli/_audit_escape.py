@@ -1,4 +1,4 @@
-"""Terminal-safe text for ``audit show | calls | verify``: control, bidi and invisible characters made visible.
+"""Terminal-safe text for ``audit show | calls | verify``: control, bidi and invisible characters shown.
 
 A request path, an event detail or a model's answer can hold an ESC sequence (rewrites the
 operator's terminal), a newline (fakes lines of the tree), a right-to-left override or a

@@ -1,4 +1,4 @@
-"""``veronica-mw audit verify | show | calls | keygen``: check an audit log, read it, list its LLM calls, make keys.
+"""``veronica-mw audit verify | show | calls | keygen``: check, read, list the calls of an audit log; keys.
 
 PATH may be audit files, directories (every ``*.jsonl`` in them) or the ``path`` given to
 ``AuditLog`` (its per-process files beside it). ``keygen OUT`` writes an Ed25519 key pair for
@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-from datetime import datetime, timezone
 
 from ..observe._audit_read import AuditInputError
 from ..observe._audit_sign import keygen
@@ -186,7 +185,9 @@ def _verify_json(report: VerifyReport) -> dict[str, Any]:
 
 def run_keygen(args: argparse.Namespace) -> int:
     private, public = keygen(args.out)
-    print(f"private key: {safe(str(private))} (mode 0600: keep it with the writer only, never beside the log)")
+    print(
+        f"private key: {safe(str(private))} (mode 0600: keep it with the writer only, never beside the log)"
+    )
     print(f"public key:  {safe(str(public))} (give it to whoever verifies: audit verify --public-key)")
     return 0
 

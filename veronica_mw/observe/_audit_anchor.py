@@ -93,7 +93,9 @@ def read_anchor(source: str, log_name: str) -> list[Any]:
         url, key = _redis_target(source, log_name)
         client = redis.Redis.from_url(url, socket_timeout=10.0)
         try:
-            raw: list[bytes] = list(client.lrange(key, 0, -1))
+            raw: list[bytes] = [
+                item if isinstance(item, bytes) else item.encode() for item in client.lrange(key, 0, -1)
+            ]
         finally:
             client.close()
     else:

@@ -100,6 +100,8 @@ class Digests:
             except Exception as exc:  # an unreachable witness must not stop the log; retried later
                 self.anchor_failures += 1
                 if self.anchor_failures == 1 or self.anchor_failures % 100 == 0:
-                    logger.error("veronica_mw: audit anchor %r failed (%s: %s)", anchor, type(exc).__name__, exc)
+                    logger.error(
+                        "veronica_mw: audit anchor %r failed (%s: %s)", anchor, type(exc).__name__, exc
+                    )
                 return
             self._pending.pop(0)

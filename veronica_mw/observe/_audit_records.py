@@ -88,7 +88,14 @@ def halt(
     t: float, chain: str, reason: str, detail: str, usage: dict[str, Any], limits: dict[str, Any]
 ) -> dict[str, Any]:
     """A halt with the usage then and the limits that were in force (what it was measured against)."""
-    return {"type": "halt", "chain": chain, "reason": reason, "detail": detail, "usage": usage, "limits": limits}
+    return {
+        "type": "halt",
+        "chain": chain,
+        "reason": reason,
+        "detail": detail,
+        "usage": usage,
+        "limits": limits,
+    }
 
 
 def context_ended(t: float, chain: str, usage: dict[str, Any], reason: str | None) -> dict[str, Any]:

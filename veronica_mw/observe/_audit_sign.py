@@ -35,7 +35,9 @@ def _read(source: Any, what: str) -> bytes:
             return Path(os.fsdecode(source)).read_bytes()
         except OSError as exc:
             raise ValueError(f"{what} {os.fsdecode(source)!r}: {exc.strerror or exc}") from exc
-    raise TypeError(f"{what} must be an Ed25519 key, PEM bytes or a path to a PEM file, got {type(source).__name__}")
+    raise TypeError(
+        f"{what} must be an Ed25519 key, PEM bytes or a path to a PEM file, got {type(source).__name__}"
+    )
 
 
 def load_private_key(source: Any) -> Any:

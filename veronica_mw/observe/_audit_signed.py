@@ -43,10 +43,19 @@ def check_digests(
     checker: Checker,
 ) -> Coverage:
     first_file = members[0][1][0].file
-    digests = [it for it in ordered if it.ok and it.line.record is not None and it.line.record.get("type") == "digest"]
+    digests = [
+        it
+        for it in ordered
+        if it.ok and it.line.record is not None and it.line.record.get("type") == "digest"
+    ]
     coverage = Coverage(log_id, None, 0, set(), {})
     if not digests:
-        checker.report(first_file, 0, "unsigned", "no signed digest in this chain: removed, or written without signing_key")
+        checker.report(
+            first_file,
+            0,
+            "unsigned",
+            "no signed digest in this chain: removed, or written without signing_key",
+        )
         coverage.uncovered = sum(1 for it in ordered if it.line.record is not None)
         return coverage
     expected_n, expected_prev = 0, ZERO
@@ -54,19 +63,34 @@ def check_digests(
     for item in digests:
         record = item.line.record or {}
         statement = record.get("statement")
-        if not signatures.valid(statement, record.get("sig")) or statement.get("log") != log_id:
-            checker.report(item.line.file, item.line.lineno, "forged digest", "its signature does not verify with the public key")
+        if (
+            not isinstance(statement, dict)
+            or not signatures.valid(statement, record.get("sig"))
+            or statement.get("log") != log_id
+        ):
+            checker.report(
+                item.line.file,
+                item.line.lineno,
+                "forged digest",
+                "its signature does not verify with the public key",
+            )
             continue
         n = statement.get("n")
         if n != expected_n or statement.get("prev") != expected_prev:
-            detail = f"signed digest {expected_n} of this chain is missing (next: {n})" if isinstance(n, int) and n > expected_n else "out of order"
+            detail = (
+                f"signed digest {expected_n} of this chain is missing (next: {n})"
+                if isinstance(n, int) and n > expected_n
+                else "out of order"
+            )
             checker.report(item.line.file, item.line.lineno, "missing digest", detail)
         expected_n = (n if isinstance(n, int) else expected_n) + 1
         expected_prev = statement_hash(statement)
         coverage.statements.add(expected_prev)
         last = (item, statement)
     if last is None:
-        checker.report(first_file, 0, "forged digest", "no digest of this chain verifies with this public key")
+        checker.report(
+            first_file, 0, "forged digest", "no digest of this chain verifies with this public key"
+        )
         coverage.uncovered = sum(1 for it in ordered if it.line.record is not None)
         return coverage
     item, statement = last
@@ -95,16 +119,28 @@ def _check_files(
         lines = by_name.get(name) if isinstance(name, str) else None
         if lines is None or not isinstance(size, int):
             where = members[-1][1][0].file
-            checker.report(where, 0, "missing file", f"{name} ({size} bytes, signed at t={when}) is not in this chain")
+            checker.report(
+                where, 0, "missing file", f"{name} ({size} bytes, signed at t={when}) is not in this chain"
+            )
             continue
         file = lines[0].file
         blob = data[file]
         coverage.end[file] = size
         if len(blob) < size:
             line = blob.count(b"\n") + 1
-            checker.report(file, line, "truncated", f"the signed digest at t={when} covers {size} bytes, the file has {len(blob)}")
+            checker.report(
+                file,
+                line,
+                "truncated",
+                f"the signed digest at t={when} covers {size} bytes, the file has {len(blob)}",
+            )
         elif hashlib.sha256(blob[:size]).hexdigest() != digest:
-            checker.report(file, 0, "modified", f"its first {size} bytes differ from what the digest signed at t={when} states")
+            checker.report(
+                file,
+                0,
+                "modified",
+                f"its first {size} bytes differ from what the digest signed at t={when} states",
+            )
 
 
 def check_anchors(
@@ -119,8 +155,10 @@ def check_anchors(
     anchored: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for number, entry in enumerate(entries, start=1):
         statement = entry.get("statement") if isinstance(entry, dict) else None
-        if not isinstance(entry, dict) or not signatures.valid(statement, entry.get("sig")):
-            checker.report(source, number, "forged anchor", "this anchor entry does not verify with the public key")
+        if not isinstance(statement, dict) or not signatures.valid(statement, entry.get("sig")):
+            checker.report(
+                source, number, "forged anchor", "this anchor entry does not verify with the public key"
+            )
             continue
         log = statement.get("log")
         if isinstance(log, str):
@@ -135,13 +173,13 @@ def check_anchors(
                 "but none of its files is in the log",
             )  # fmt: skip
             continue
-        for number, statement in statements:
+        for _, statement in statements:
             if statement_hash(statement) not in coverage.statements:
                 file, line = last_lines[log]
                 checker.report(
                     file, line, "missing digest",
-                    f"anchored digest {statement.get('n')} of chain {log} (t={statement.get('t')}) is not in the log: "
-                    "cut or deleted",
+                    f"anchored digest {statement.get('n')} of chain {log} (t={statement.get('t')}) "
+                    "is not in the log: cut or deleted",
                 )  # fmt: skip
                 break
     return sum(len(s) for s in anchored.values())

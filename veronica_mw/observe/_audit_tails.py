@@ -30,10 +30,20 @@ def recovery_facts(ordered: list[Item], log_id: str, facts: dict[tuple[str, int,
                 continue
             name, size, cut = fact.get("file"), fact.get("bytes"), fact.get("cut_bytes")
             if isinstance(name, str) and isinstance(size, int) and isinstance(cut, int):
-                why = "a write error" if fact.get("why") == "write_error" else "its process ended without closing it"
-                after = f"after seq {fact.get('last_seq')}" if fact.get("last_seq") is not None else "before any record"
+                why = (
+                    "a write error"
+                    if fact.get("why") == "write_error"
+                    else "its process ended without closing it"
+                )
+                after = (
+                    f"after seq {fact.get('last_seq')}"
+                    if fact.get("last_seq") is not None
+                    else "before any record"
+                )
                 what = f"{cut} bytes cut" if cut else "no closing head"
-                facts.setdefault((name, size, cut), f"{why}: intact {after}, {what} (stated by chain {log_id})")
+                facts.setdefault(
+                    (name, size, cut), f"{why}: intact {after}, {what} (stated by chain {log_id})"
+                )
 
 
 def explain(
@@ -49,7 +59,9 @@ def explain(
         file = lines[0].file
         last = lines[-1]
         keys = [(file, last.lineno)] if last.partial else [(file, last.lineno + 1)]
-        key = next((k for k in keys if k in checker.problems and checker.problems[k].what == "truncated"), None)
+        key = next(
+            (k for k in keys if k in checker.problems and checker.problems[k].what == "truncated"), None
+        )
         if key is None:
             continue
         cut = len(last.body) if last.partial else 0

@@ -238,8 +238,7 @@ class Writer:
         if self._unreported() is not None:
             self._write([])
         elif chain is not None and (
-            chain.undigested
-            or (chain.unheaded and time.monotonic() - chain.last_head >= self._head_interval)
+            chain.undigested or (chain.unheaded and time.monotonic() - chain.last_head >= self._head_interval)
         ):
             try:
                 if chain.unheaded and time.monotonic() - chain.last_head >= self._head_interval:

@@ -24,8 +24,8 @@ import atexit
 import os
 import re
 import time
-from collections.abc import Iterable
 import weakref
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +188,15 @@ class AuditLog(Observer):
 
     def halted(self, ctx: ExecutionContext, reason: str, detail: str) -> None:
         self._writer.submit(
-            (records.halt, time.time(), ctx.chain_id, reason, detail, _usage(ctx), self._config(ctx.config)[0])
+            (
+                records.halt,
+                time.time(),
+                ctx.chain_id,
+                reason,
+                detail,
+                _usage(ctx),
+                self._config(ctx.config)[0],
+            )
         )
 
     def context_ended(self, ctx: ExecutionContext) -> None:
