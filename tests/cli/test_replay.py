@@ -218,3 +218,54 @@ def test_requests_of_other_apis_are_replayed_as_chat_completions() -> None:
         replay_request(Call("c", 3, None, "llm", "x", request={"messages": None, "parameters": {}}), "m")
         is None
     )
+
+
+def _forge(directory: Path, change: Any) -> None:
+    """Rewrite the (plain SHA-256) log consistently, as anyone could: ``change`` edits each record."""
+    from veronica_mw.observe._audit_chain import ZERO, Digester, seal, unseal
+
+    for path in directory.glob("audit.*.jsonl"):
+        prev, out = ZERO, bytearray()
+        for seq, line in enumerate(path.read_bytes().splitlines()):
+            parsed = unseal(line)
+            assert parsed is not None
+            record = change(parsed[0])
+            record["seq"], record["prev"] = seq, prev
+            data, prev = seal(record, Digester(None))
+            out += data
+        path.write_bytes(bytes(out))
+
+
+def test_replay_verifies_first_and_refuses_a_tampered_log(tmp_path: Path, server: FakeChatServer) -> None:
+    chain = record_run(tmp_path, server)
+    (path,) = tmp_path.glob("audit.*.jsonl")
+    path.write_bytes(path.read_bytes().replace(b"name a prime", b"name a pr1me", 1))
+    code, report, err = replay(tmp_path, chain, server, "--model", "gpt-4o-mini")
+    assert code == 2 and report is None and "does not verify" in err and "modified" in err
+    assert server.requests == []  # nothing was sent
+    code, report, _ = replay(tmp_path, chain, server, "--model", "gpt-4o-mini", "--no-verify")
+    assert code == 0 and len(server.requests) == 3
+
+
+def test_replay_never_sends_credentials_found_in_the_log(tmp_path: Path, server: FakeChatServer) -> None:
+    chain = record_run(tmp_path, server)
+    planted = {
+        "api_key": "sk-proj-planted0123456789abcdef",
+        "extra_headers": {"Authorization": "Bearer planted-token-123456"},
+        "user": "AKIAIOSFODNN7EXAMPLE",
+        "aws_secret_access_key": "planted-aws-secret",
+        "metadata": {"note": "[REDACTED]"},
+    }
+
+    def plant(record: dict[str, Any]) -> dict[str, Any]:
+        if record.get("type") == "call" and record.get("request"):
+            record["request"]["parameters"].update(planted)
+        return record
+
+    _forge(tmp_path, plant)
+    code, _, err = replay(tmp_path, chain, server, "--model", "gpt-4o-mini")
+    assert code == 0, err  # a plain log rewritten consistently verifies: only a key or signature would tell
+    assert len(server.requests) == 3
+    sent = json.dumps(server.requests) + json.dumps(server.headers_seen)
+    assert "planted" not in sent and "AKIA" not in sent and "REDACTED" not in sent
+    assert all(r["temperature"] == 0.3 and r["max_tokens"] == 64 for r in server.requests)  # the rest is kept

@@ -6,8 +6,14 @@ model M to an OpenAI-compatible ``/chat/completions`` endpoint -- ``--base-url``
 execution context capped at ``--max-cost-usd``. Prints, per call, original vs replay: model,
 tokens, cost and whether the text is identical, then the totals.
 
+The log is verified first (``audit verify`` with the ``--key-file``, ``--public-key`` and
+``--anchor`` given) and a log that fails is refused, unless ``--no-verify``. Credentials are never
+taken from the log: parameters under a secret name, or holding a key-shaped or redacted value, are
+not sent; the only key sent is the one in ``--api-key-env``.
+
 Exit status: 0 every call was replayed; 1 the replay is incomplete (a call failed, or the ceiling
-stopped it); 2 bad input (no such file or chain, nothing recorded to replay).
+stopped it); 2 bad input (no such file or chain, nothing recorded to replay, a log that does not
+verify).
 """
 
 from __future__ import annotations
@@ -16,14 +22,17 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..kernel._validate import check_number
 from ..observe._audit_read import AuditInputError
 from ..observe.audit import AuditLog
 from ..observe.audit_runs import load_runs, replayable
+from ..observe.audit_verify import verify
 from ..observe.replay import ChatClient, ReplayReport, replay_calls
-from .audit import find_run
+from ._audit_escape import safe
+from .audit import find_run, read_key
 
 PROG = "veronica-mw replay"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -62,8 +71,29 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     replay.add_argument(
         "--audit", metavar="PATH", help="also write the replay itself to an audit log at PATH"
     )
+    replay.add_argument("--key-file", type=Path, help="the log's HMAC key, to verify it first")
+    replay.add_argument("--public-key", type=Path, metavar="PUB", help="check its signed digests too")
+    replay.add_argument(
+        "--anchor", action="append", default=[], metavar="PATH|URL", help="and its anchored digests"
+    )
+    replay.add_argument(
+        "--no-verify", action="store_true", help="replay a log that does not verify (not recommended)"
+    )
     replay.add_argument("--json", action="store_true", help="print a JSON report")
     replay.set_defaults(handler=run)
+
+
+def _check_log(args: argparse.Namespace) -> None:
+    """Refuse a log that does not verify: its requests could be anyone's."""
+    if args.no_verify:
+        return
+    report = verify(args.paths, key=read_key(args.key_file), public_key=args.public_key, anchors=args.anchor)
+    if not report.ok:
+        first = report.problems[0]
+        raise AuditInputError(
+            f"the log does not verify ({len(report.problems)} problems; first: {first}); "
+            "nothing was sent (--no-verify replays it anyway)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             os.environ.get(args.api_key_env) or None,
             timeout_s=check_number("--timeout-s", args.timeout_s) or 120.0,
         )
+        _check_log(args)
         run = find_run(load_runs(args.paths), args.chain)
         calls = replayable(run)
         if not calls:
@@ -83,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                 f"chain {run.chain}: no request bodies recorded (AuditLog(record_bodies=True))"
             )
     except (AuditInputError, OSError, ValueError, TypeError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {safe(str(exc))}", file=sys.stderr)
         return 2
     log = AuditLog(args.audit, record_bodies=True) if args.audit else None
     try:

@@ -27,6 +27,7 @@ from ..kernel.execution import ExecutionContext
 from ..kernel.observer import Observer
 from ..kernel.pricing import TokenUsage, price_usage
 from ..kernel.reasons import Decision
+from ._redact import MARK, Redactor
 from .audit_runs import Call
 
 __all__ = ["ChatClient", "ReplayError", "ReplayReport", "ReplayRow", "replay_calls"]
@@ -177,9 +178,29 @@ def replay_request(call: Call, model: str) -> dict[str, Any] | None:
         system = params.pop(name, None)
         if isinstance(system, str) and system:
             messages = [{"role": "system", "content": system}, *messages]
-    body = {k: v for k, v in params.items() if k not in _NOT_REPLAYED}
+    # Never the log's credentials: whatever a secret name holds, and any value redacted or shaped
+    # like a key, stays out of the request (the caller's own key goes in the header).
+    body = {
+        k: v
+        for k, v in params.items()
+        if k not in _NOT_REPLAYED and not _REDACTOR.secret_name(k) and not _credential(v)
+    }
     body.update({"model": model, "messages": messages, "stream": False})
     return body
+
+
+_REDACTOR = Redactor()
+
+
+def _credential(value: Any) -> bool:
+    """A value that is, or holds, a credential (or its redaction mark)."""
+    if isinstance(value, str):
+        return MARK in value or _REDACTOR.text(value) != value
+    if isinstance(value, dict):
+        return any(_REDACTOR.secret_name(str(k)) or _credential(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_credential(v) for v in value)
+    return False
 
 
 def _hint(call: Call, model: str) -> float:
