@@ -150,3 +150,77 @@ def test_bad_input_never_shows_a_traceback(tmp_path: Path) -> None:
         )
         assert done.returncode == 2, args
         assert "Traceback" not in done.stdout + done.stderr and done.stderr.strip()
+
+
+HOSTILE_URL = "".join(
+    [
+        "/x%1b[2J%1b]0;pwned%07%0a",
+        "%E2%94%94%E2%94%80%E2%94%80 call 9 fake ok",
+        "%E2%80%AEevil%E2%80%8B%7f%C2%9B",
+    ]
+)  # the same path, percent-encoded as it arrives on the wire
+HOSTILE = "/x\x1b[2J\x1b]0;pwned\x07\n└── call 9 fake ok\u202eevil\u200b\x7f\x9b"
+
+
+def test_show_calls_and_verify_escape_control_bidi_and_invisible_characters(tmp_path: Path) -> None:
+    import asyncio
+
+    import httpx
+
+    from veronica_mw import get_current_execution_context
+    from veronica_mw.web.asgi import VeronicaASGIMiddleware
+
+    log_dir = tmp_path / "logs\x1b[31m\nok: fake"
+    log_dir.mkdir()
+    log = AuditLog(log_dir / "audit.jsonl", record_bodies=True)
+
+    async def endpoint(scope: Any, receive: Any, send: Any) -> None:  # plain ASGI: any path at all
+        ctx = get_current_execution_context()
+        assert ctx is not None
+        ctx.call_llm(
+            lambda **kw: reply("answer\x1b[1A\u202e"), messages=[{"role": "user", "content": HOSTILE}]
+        )
+        body = json.dumps({"chain": ctx.chain_id}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    app = VeronicaASGIMiddleware(endpoint, config=CONFIG, audit=log)
+
+    async def get() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            response = await client.get(HOSTILE_URL)
+            assert response.status_code == 200, response.text
+            body: dict[str, Any] = response.json()
+            return body
+
+    chain = asyncio.run(get())["chain"]
+    log.close()
+    records = [json.loads(line) for p in log_dir.iterdir() for line in p.read_text().splitlines()]
+    assert any((r.get("attributes") or {}).get("path") == HOSTILE for r in records)  # kept as data
+    outputs = [
+        run_cli("audit", "show", log_dir),
+        run_cli("audit", "calls", log_dir, "--chain", chain),
+    ]
+    (path,) = log_dir.glob("audit.*.jsonl")
+    path.write_bytes(path.read_bytes().replace(b"answer", b"ANSWER"))
+    outputs.append(run_cli("audit", "verify", log_dir))
+    for _code, out, err in outputs:
+        text = out + err
+        for bad in ("\x1b", "\x07", "\u202e", "\u200b", "\x7f", "\x9b"):
+            assert bad not in text, (bad, text)
+        assert text.count("\n") == len(text.splitlines())  # no line the log did not earn
+    show, calls, check = (out for _, out, _ in outputs)
+    assert "/x\\x1b[2J\\x1b]0;pwned\\x07\\x0a└── call 9 fake ok\\u202eevil\\u200b\\x7f\\x9b" in show
+    assert "\\x1b[1A\\u202e" in calls and "└── call 9" not in show.replace("\\x0a└── call 9", "")
+    assert outputs[2][0] == 1 and "logs\\x1b[31m\\x0aok: fake" in check
+    assert not any(line.startswith("ok: fake") for line in check.splitlines())
+    # --json stays plain JSON, the characters escaped by JSON itself.
+    code, out, _ = run_cli("audit", "show", log_dir, "--json")
+    assert code == 0 and "\x1b" not in out and json.loads(out)[0]["attributes"]["path"] == HOSTILE

@@ -168,7 +168,7 @@ def test_pid_reuse_in_the_same_directory(cli: Cli, keys: dict[str, Any]) -> None
         # Two "container starts" in a row: each process is pid 1 in its own pid namespace.
         run_child(keys, ("unshare", "--pid", "--fork"))
         run_child(keys, ("unshare", "--pid", "--fork"), mode="close")
-        modes = ("hmac", "anchored")
+        modes: tuple[str, ...] = ("hmac", "anchored")
     else:  # no pid namespaces (unprivileged): give the dead process's file our pid by renaming it
         run_child(keys)
         (old,) = keys["logs"].glob("audit.*.jsonl")

@@ -361,3 +361,28 @@ def test_children_write_to_their_parents_log(tmp_path: Path) -> None:
     assert lines[0].startswith(f"agent [chain {root.chain_id}]")
     assert lines[1].startswith(f"  researcher [chain {researcher.chain_id}]")
     assert lines[3].startswith(f"    context [chain {grandchild.chain_id}]")
+
+
+def test_who_decided_and_the_limits_a_halt_was_measured_against(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl")
+    config = ExecutionConfig(max_cost_usd=1.0, max_steps=1, max_retries_total=0)
+    decision = {
+        "approver": "alice@example.com",
+        "args_sha256": "a" * 64,
+        "edited_args_sha256": "b" * 64,
+        "decided_at": 1796160000.5,
+    }
+    with ExecutionContext(config, audit=log) as ctx:
+        ctx.add_event(
+            "approval_granted", "delete_draft: ok", request_id="r1", tool="delete_draft", **decision
+        )
+        ctx.add_event("approval_requested", "delete_draft", request_id="r1", tool="delete_draft")
+        ctx.call_tool(lambda: "done", options=WrapOptions(operation_name="delete_draft"))
+        with pytest.raises(ExecutionHalted):
+            ctx.call_tool(lambda: "again", options=WrapOptions(operation_name="delete_draft"))
+    log.close()
+    records = read_records(tmp_path)
+    granted, requested = (r for r in records if r["type"] == "event")
+    assert granted["decision"] == decision and "decision" not in requested
+    (halt,) = (r for r in records if r["type"] == "halt")
+    assert halt["limits"] == config.as_dict() and halt["usage"]["steps"] == 1

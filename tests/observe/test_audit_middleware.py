@@ -98,3 +98,26 @@ def test_wsgi_refusals(tmp_path: Path) -> None:
     assert log.close()
     kinds = [r["type"] for r in read_records(tmp_path)]
     assert kinds.count("refused") == 2 and kinds.count("context_started") == kinds.count("context_ended") == 1
+
+
+def test_a_request_that_makes_no_call_still_has_its_record(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl")
+
+    async def plain(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    asgi = VeronicaASGIMiddleware(Starlette(routes=[Route("/plain", plain)]), config=CONFIG, audit=log)
+    flask = Flask(__name__)
+    flask.add_url_rule("/plain-wsgi", "plain", lambda: "ok")
+    flask.wsgi_app = VeronicaWSGIMiddleware(flask.wsgi_app, config=CONFIG, audit=log)  # type: ignore[method-assign]
+    with TestClient(asgi) as client:
+        assert client.get("/plain").status_code == 200
+    response = Client(flask).get("/plain-wsgi")
+    assert response.status_code == 200
+    response.close()  # what a server does once the body is sent: the request ends here
+    log.close()
+    records = read_records(tmp_path)
+    started = [r["attributes"] for r in records if r["type"] == "context_started"]
+    assert started == [{"method": "GET", "path": "/plain"}, {"method": "GET", "path": "/plain-wsgi"}]
+    ended = [r for r in records if r["type"] == "context_ended"]
+    assert [e["usage"]["steps"] for e in ended] == [0, 0]

@@ -259,5 +259,5 @@ def run_calls(args: argparse.Namespace) -> int:
 
 
 def _short(value: Any, width: int = 100) -> str:
-    text = safe(value) if isinstance(value, str) else json.dumps(value)
+    text = value if isinstance(value, str) else json.dumps(value)  # records were made safe on load
     return text if len(text) <= width else text[: width - 3] + "..."

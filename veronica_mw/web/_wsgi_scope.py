@@ -79,6 +79,8 @@ class RequestContext(ExecutionContext):
 
     def end(self) -> None:
         """The request is over: remove the deadline timer, and never schedule one again."""
+        if self._arm_from is not None and self._observers:  # audited: a request without calls too
+            self.start()
         self._over = True
         self._arm_from = None
         self.disarm()

@@ -162,6 +162,8 @@ class VeronicaASGIMiddleware:
                 exchange.live = False
                 current_context.reset(token)
                 ctx = exchange.ctx
+                if ctx is None and self._audit:  # audited: a request that made no call has a record too
+                    ctx = exchange.resolve()
                 if ctx is not None:
                     ctx.disarm()
         except Exception as exc:

@@ -260,7 +260,7 @@ class _Response(RequestScope):
                 self.run(close)
         finally:
             ctx = self.ctx
-            if ctx._armed or ctx._arm_from is None:
+            if ctx._armed or ctx._arm_from is None or ctx._observers:  # audited: always recorded
                 ctx.end()
             else:  # never used: nothing scheduled, nobody told it started (RequestContext.end)
                 ctx._over = True
