@@ -224,3 +224,19 @@ def test_show_calls_and_verify_escape_control_bidi_and_invisible_characters(tmp_
     # --json stays plain JSON, the characters escaped by JSON itself.
     code, out, _ = run_cli("audit", "show", log_dir, "--json")
     assert code == 0 and "\x1b" not in out and json.loads(out)[0]["attributes"]["path"] == HOSTILE
+
+
+def test_keygen_writes_a_private_key_only_its_owner_can_read(tmp_path: Path) -> None:
+    code, out, err = run_cli("audit", "keygen", tmp_path / "signing")
+    assert code == 0, err
+    assert (tmp_path / "signing").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "signing.pub").read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----")
+    assert "0600" in out and "--public-key" in out
+    code, _, err = run_cli("audit", "keygen", tmp_path / "signing")  # never overwritten
+    assert code == 2 and "already exists" in err
+    with pytest.raises(ValueError, match="signing_key"):
+        AuditLog(tmp_path / "audit.jsonl", anchor=tmp_path / "anchors.jsonl")  # nothing to anchor
+    with pytest.raises(ValueError, match="Ed25519|PEM"):
+        AuditLog(tmp_path / "audit.jsonl", signing_key=tmp_path / "signing.pub")  # the public half
+    code, _, err = run_cli("audit", "verify", tmp_path, "--anchor", tmp_path / "a.jsonl")
+    assert code == 2 and "--public-key" in err

@@ -60,27 +60,27 @@ def seal(record: dict[str, Any], digester: Digester) -> tuple[bytes, str]:
     return body[:-1] + b',"digest":"' + digest.encode("ascii") + b'"}\n', digest
 
 
+_SUFFIX = len(b',"digest":""}') + 64  # what seal() appends to the canonical body
+
+
 def unseal(line: bytes) -> tuple[dict[str, Any], bytes, str] | None:
     """Split a line into (record without digest, its canonical body, stored digest).
 
-    None when the line is not a record in this format at all: not JSON, not an object, no digest,
-    or not byte-for-byte the canonical form (an edit that kept the JSON valid but changed spacing,
-    key order or number spelling is an edit all the same).
+    None when the line is not a record in this format at all: not JSON, not an object, or not
+    ending in the 64-character ``digest`` member. The body is the line without that member -- the
+    exact bytes the writer hashed -- so it is not re-encoded here: any other change (spacing, key
+    order, number spelling) is caught by the digest check, as an edit, in one pass.
     """
+    tail = line[:-1] if line.endswith(b"\n") else line
+    if len(tail) < _SUFFIX + 2 or tail[-_SUFFIX : -_SUFFIX + 11] != b',"digest":"' or tail[-2:] != b'"}':
+        return None
+    body = tail[:-_SUFFIX] + b"}"
     try:
-        record = json.loads(line)
+        record = json.loads(body)
+        digest = tail[-66:-2].decode("ascii")
     except (ValueError, UnicodeDecodeError):
         return None
-    if not isinstance(record, dict):
-        return None
-    digest = record.pop("digest", None)
-    if not isinstance(digest, str):
-        return None
-    try:
-        body = canonical(record)
-    except (TypeError, ValueError):
-        return None
-    if body[:-1] + b',"digest":"' + digest.encode("utf-8") + b'"}' != line.rstrip(b"\n"):
+    if not isinstance(record, dict) or "digest" in record:
         return None
     return record, body, digest
 
