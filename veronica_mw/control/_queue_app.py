@@ -21,17 +21,14 @@ input the app cannot read is a 4xx.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import re
 import secrets
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import _queue_http as http
-from ._queue_auth import check_name
 from ._queue_page import PAGE_SIZE, login_page, queue_page
+from ._queue_session import Gate, Throttled, Who
 from .approval import Approve, Edit, Reject
 
 if TYPE_CHECKING:
@@ -39,117 +36,23 @@ if TYPE_CHECKING:
     from .queue import ApprovalQueue
 
 logger = logging.getLogger("veronica_mw")
-_COOKIE = "veronica_approvals"
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_SID = re.compile(r"[A-Za-z0-9_-]{43}")
 _ACTIONS = ("approve", "reject", "edit")
 _STATUS_TEXT = {"unknown": (404, "unknown request"), "decided": (409, "request already decided or expired")}
-
-
-@dataclass(frozen=True, slots=True)
-class Who:
-    """An authenticated approver: ``how`` is "bearer", "header" or "session" (then ``sid``)."""
-
-    name: str
-    how: str
-    sid: str = ""
-
-
-class Throttled(Exception):
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(retry_after)
-        self.retry_after = retry_after
 
 
 class ApprovalsApp:
     def __init__(self, queue: ApprovalQueue, *, title: str) -> None:
         self._queue = queue
         self._title = title
-        self._tokens = [(name, token.encode()) for name, token in queue._tokens_by_name().items()]
-        self._csrf_key = queue._key("csrf")
-        self._sid_key = queue._key("session")
-
-    # -- who is asking ----------------------------------------------------------------------------
-
-    def _match(self, given: str) -> str | None:
-        """The approver whose token ``given`` is; every token is compared (constant time)."""
-        found = None
-        raw = given.encode("utf-8", "surrogateescape")
-        for name, token in self._tokens:
-            if hmac.compare_digest(raw, token):
-                found = name
-        return found
-
-    async def _throttle(self, scope: Scope) -> None:
-        wait = await self._queue._store.retry_after(http.client_address(scope))
-        if wait > 0:
-            raise Throttled(wait)
-
-    def _secure(self, scope: Scope) -> bool:
-        forced = self._queue.secure_cookies
-        return forced if forced is not None else not http.is_local_http(scope)
-
-    def _cookie_name(self, scope: Scope) -> str:
-        return f"__Host-{_COOKIE}" if self._secure(scope) else _COOKIE
-
-    def _sid_hash(self, sid: str) -> str:
-        return hmac.new(self._sid_key, sid.encode(), hashlib.sha256).hexdigest()
-
-    async def _who(self, scope: Scope) -> Who | None:
-        authorization = http.header(scope, b"authorization")
-        if authorization:
-            await self._throttle(scope)
-            scheme, _, given = authorization.partition(" ")
-            name = self._match(given.strip()) if scheme.lower() == "bearer" else None
-            if name is None:
-                await self._queue._store.failed(http.client_address(scope))
-                return None
-            return Who(name, "bearer")
-        if self._queue.authenticate is not None:
-            try:
-                name = self._queue.authenticate(http.headers(scope))
-            except Exception:
-                logger.warning(
-                    "veronica_mw: approvals authenticate() raised; nobody signed in", exc_info=True
-                )
-                name = None
-            if name is not None:
-                try:
-                    return Who(check_name(name), "header")
-                except ValueError:
-                    logger.warning("veronica_mw: approvals authenticate() returned %r, not a name", name)
-        sid = http.cookie(scope, self._cookie_name(scope))
-        if not _SID.fullmatch(sid):  # absent or malformed ("a.².x"): no session
-            return None
-        queue = self._queue
-        name = await queue._store.session_touch(
-            self._sid_hash(sid), queue.session_idle_s, queue.session_max_s
-        )
-        if name is None or (name not in queue.approvers and queue.authenticate is None):
-            return None
-        return Who(name, "session", sid)
-
-    def _csrf(self, who: Who) -> str:
-        bound = f"session.{who.sid}" if who.how == "session" else f"header.{who.name}"
-        return hmac.new(self._csrf_key, bound.encode(), hashlib.sha256).hexdigest()
-
-    def _csrf_ok(self, who: Who, given: str) -> bool:
-        return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._csrf(who).encode())
-
-    def _cookie(self, scope: Scope, value: str, max_age: int) -> tuple[bytes, bytes]:
-        secure = self._secure(scope)
-        path = "/" if secure else http.base(scope)  # __Host- cookies must have Path=/
-        flags = "; Secure" if secure else ""
-        attributes = f"Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict{flags}"
-        text = f"{self._cookie_name(scope)}={value}; {attributes}"
-        return b"set-cookie", text.encode("latin-1")
+        self._gate = Gate(queue)
 
     # -- responses --------------------------------------------------------------------------------
 
     def _extra(
         self, scope: Scope, extra: list[tuple[bytes, bytes]] | None = None
     ) -> list[tuple[bytes, bytes]]:
-        return [*(extra or []), *([http.HSTS] if self._secure(scope) else [])]
+        return [*(extra or []), *([http.HSTS] if self._gate.secure(scope) else [])]
 
     async def _html(
         self,
@@ -185,7 +88,7 @@ class ApprovalsApp:
         page = max(1, http.query_int(scope, "page", 1))
         records, total = await self._queue.pending_page((page - 1) * PAGE_SIZE, PAGE_SIZE)
         body = queue_page(
-            self._title, http.base(scope), records, self._csrf(who), notice, who.name, page, total
+            self._title, http.base(scope), records, self._gate.csrf(who), notice, who.name, page, total
         )
         await self._html(scope, send, status, body)
 
@@ -247,7 +150,7 @@ class ApprovalsApp:
 
     async def _index(self, scope: Scope, send: Send) -> None:
         browser = "text/html" in http.header(scope, b"accept")
-        who = await self._who(scope)
+        who = await self._gate.who(scope)
         if who is None:
             if browser:
                 await self._html(scope, send, 200, login_page(self._title, http.base(scope)))
@@ -263,16 +166,16 @@ class ApprovalsApp:
         await self._json(scope, send, 200, {"pending": records, "total": total, "page": page, "pages": pages})
 
     async def _one(self, scope: Scope, send: Send, request_id: str) -> None:
-        if await self._who(scope) is None:
+        if await self._gate.who(scope) is None:
             await self._unauthorized(scope, send)
             return
         record = await self._queue.get(request_id)
         await self._json(scope, send, 200 if record else 404, record or {"error": "unknown request"})
 
     async def _sign_in(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._throttle(scope)
+        await self._gate.throttle(scope)
         fields = http.form(await http.read(receive))
-        name = self._match(fields.get("token", ""))
+        name = self._gate.match(fields.get("token", ""))
         if name is None:
             await self._queue._store.failed(http.client_address(scope))
             page = login_page(self._title, http.base(scope), "That token is not valid.")
@@ -280,21 +183,23 @@ class ApprovalsApp:
             return
         sid = secrets.token_urlsafe(32)
         queue = self._queue
-        await queue._store.session_add(self._sid_hash(sid), name, queue.session_idle_s, queue.session_max_s)
-        await self._redirect(scope, send, [self._cookie(scope, sid, int(queue.session_max_s))])
+        await queue._store.session_add(
+            self._gate.sid_hash(sid), name, queue.session_idle_s, queue.session_max_s
+        )
+        await self._redirect(scope, send, [self._gate.cookie(scope, sid, int(queue.session_max_s))])
 
     async def _sign_out(self, scope: Scope, receive: Receive, send: Send) -> None:
         fields = http.form(await http.read(receive))
-        who = await self._who(scope)
-        if who is None or who.how != "session" or not self._csrf_ok(who, fields.get("csrf", "")):
+        who = await self._gate.who(scope)
+        if who is None or who.how != "session" or not self._gate.csrf_ok(who, fields.get("csrf", "")):
             await self._json(scope, send, 403, {"error": "invalid session or CSRF token"})
             return
-        await self._queue._store.session_drop(self._sid_hash(who.sid))  # a copied cookie dies too
-        await self._redirect(scope, send, [self._cookie(scope, "", 0)])
+        await self._queue._store.session_drop(self._gate.sid_hash(who.sid))  # a copied cookie dies too
+        await self._redirect(scope, send, [self._gate.cookie(scope, "", 0)])
 
     async def _decide(self, scope: Scope, receive: Receive, send: Send, request_id: str, action: str) -> None:
         body = await http.read(receive)
-        who = await self._who(scope)
+        who = await self._gate.who(scope)
         if who is None:
             await self._unauthorized(scope, send)
             return
@@ -307,7 +212,7 @@ class ApprovalsApp:
             await self._decide_json(scope, send, who, request_id, action, body)
             return
         fields = http.form(body)
-        if not self._csrf_ok(who, fields.get("csrf", "")):
+        if not self._gate.csrf_ok(who, fields.get("csrf", "")):
             await self._json(scope, send, 403, {"error": "invalid CSRF token"})
             return
         answer: Approve | Reject | Edit = Approve()

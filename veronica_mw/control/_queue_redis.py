@@ -30,7 +30,8 @@ _NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) + tonumber(t[2])
 _ADD = (
     _NOW
     + """
-redis.call('HSET', KEYS[1], 'record', ARGV[1], 'created', tostring(now), 'deadline', tostring(now + tonumber(ARGV[2])))
+local deadline = tostring(now + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 'record', ARGV[1], 'created', tostring(now), 'deadline', deadline)
 redis.call('PEXPIRE', KEYS[1], math.ceil((tonumber(ARGV[2]) + tonumber(ARGV[3])) * 1000))
 redis.call('ZADD', KEYS[2], now, ARGV[4])
 return tostring(now)
@@ -41,7 +42,8 @@ _DECIDE = (
     + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if redis.call('HEXISTS', KEYS[1], 'decision') == 1 then return 1 end
-local late = ARGV[3] ~= 'expired' and now > tonumber(redis.call('HGET', KEYS[1], 'deadline')) + tonumber(ARGV[4])
+local deadline = tonumber(redis.call('HGET', KEYS[1], 'deadline'))
+local late = ARGV[3] ~= 'expired' and now > deadline + tonumber(ARGV[4])
 local decision = ARGV[1]
 if late then decision = cjson.encode({decision = 'expired', message = 'no decision in time'}) end
 redis.call('HSET', KEYS[1], 'decision', decision)
