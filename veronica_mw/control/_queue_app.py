@@ -22,6 +22,7 @@ input the app cannot read is a 4xx.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import secrets
 from typing import TYPE_CHECKING
@@ -186,7 +187,7 @@ class ApprovalsApp:
         await queue._store.session_add(
             self._gate.sid_hash(sid), name, queue.session_idle_s, queue.session_max_s
         )
-        await self._redirect(scope, send, [self._gate.cookie(scope, sid, int(queue.session_max_s))])
+        await self._redirect(scope, send, [self._gate.cookie(scope, sid, max(1, math.ceil(queue.session_max_s)))])
 
     async def _sign_out(self, scope: Scope, receive: Receive, send: Send) -> None:
         fields = http.form(await http.read(receive))
