@@ -151,15 +151,21 @@ async def test_named_approvers_are_recorded_in_the_decision_and_its_event() -> N
             for _ in range(500):
                 pending = (await http.get("/", headers=bearer(token))).json()["pending"]
                 if pending:
-                    return await http.post(f"/{pending[0]['id']}/{action}", headers=bearer(token), json=body or {})
+                    return await http.post(
+                        f"/{pending[0]['id']}/{action}", headers=bearer(token), json=body or {}
+                    )
                 await asyncio.sleep(0.01)
         raise AssertionError("nothing pending")
 
     async with ctx:
-        call = asyncio.create_task(ctx.acall_tool(send_email, to="ann@example.com", options=WrapOptions(operation_name="send_email")))
+        call = asyncio.create_task(
+            ctx.acall_tool(send_email, to="ann@example.com", options=WrapOptions(operation_name="send_email"))
+        )
         decided = await decide_as(ALICE, "approve")
         assert decided.json()["approver"] == "alice" and await call == "sent"
-        call = asyncio.create_task(ctx.acall_tool(send_email, to="x@example.com", options=WrapOptions(operation_name="send_email")))
+        call = asyncio.create_task(
+            ctx.acall_tool(send_email, to="x@example.com", options=WrapOptions(operation_name="send_email"))
+        )
         await decide_as(BOB, "edit", {"arguments": {"to": "y@example.com"}})
         assert await call == "sent" and sent == [{"to": "ann@example.com"}, {"to": "y@example.com"}]
     granted, edited = [e for e in ctx.get_events() if e.kind in ("approval_granted", "approval_edited")]
@@ -187,7 +193,7 @@ async def test_authenticate_by_a_trusted_header() -> None:
         assert form.status_code == 403
         done = await http.post(f"/{rid}/approve", headers={"x-user": "carol"}, json={})
         assert done.status_code == 200 and done.json()["approver"] == "carol"
-    assert (await task).approver == "carol"  # type: ignore[union-attr]
+    assert (await task).approver == "carol"
 
 
 def test_weak_tokens_are_refused() -> None:
@@ -215,7 +221,7 @@ async def test_logout_revokes_a_copied_cookie() -> None:
     queue = ApprovalQueue(ALICE)
     async with local_client(queue) as http, local_client(queue) as thief:
         csrf = await sign_in(http, ALICE)
-        (name, value), = http.cookies.items()
+        ((name, value),) = http.cookies.items()
         thief.cookies.set(name, value)
         assert "Signed in as default" in (await thief.get("/", headers=HTML)).text
         assert (await http.post("/logout", data={"csrf": csrf})).status_code == 303
@@ -295,7 +301,12 @@ async def test_the_page_shows_hidden_characters_cuts_long_arguments_and_pages() 
     async with local_client(queue) as http:
         await sign_in(http, ALICE)
         page = (await http.get("/", headers=HTML)).text
-        assert "\u202e" not in page and "\u200b" not in page and "\u2066" not in page and "\U000e0041" not in page
+        assert (
+            "\u202e" not in page
+            and "\u200b" not in page
+            and "\u2066" not in page
+            and "\U000e0041" not in page
+        )
         for escaped in ("\\u202e", "\\u200b", "\\u2066", "\\U000e0041"):
             assert f">{escaped}</mark>" in page
         assert 'title="U+202E RIGHT-TO-LEFT OVERRIDE"' in page
@@ -329,8 +340,17 @@ async def raw(app: Any, method: str, path: str, headers: list[tuple[bytes, bytes
         if message["type"] == "http.response.start":
             status.append(message["status"])
 
-    scope = {"type": "http", "method": method, "path": path, "root_path": "", "query_string": b"page=x%FF",
-             "headers": headers, "scheme": "http", "server": ("localhost", 80), "client": ("10.0.0.9", 5)}
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "root_path": "",
+        "query_string": b"page=x%FF",
+        "headers": headers,
+        "scheme": "http",
+        "server": ("localhost", 80),
+        "client": ("10.0.0.9", 5),
+    }
     await app(scope, receive, send)
     (code,) = status
     return code

@@ -130,7 +130,9 @@ def test_the_sixth_bad_sign_in_in_a_minute_is_429_across_workers(
 ) -> None:
     """Failures are counted in Redis: whichever worker each attempt reaches, the 6th is refused."""
     token = secrets.token_urlsafe(16)  # its own namespace: the other tests' servers are not throttled
-    with ApprovalsServer(tmp_path / "runs.jsonl", workers=2, redis_url=module_redis.url, token=token) as server:
+    with ApprovalsServer(
+        tmp_path / "runs.jsonl", workers=2, redis_url=module_redis.url, token=token
+    ) as server:
         fresh = {"connection": "close"}  # a new connection each time: any worker may take it
         with httpx.Client(timeout=10, base_url=f"{server.url}/approvals") as client:
             for attempt in range(5):

@@ -187,7 +187,9 @@ class ApprovalsApp:
         await queue._store.session_add(
             self._gate.sid_hash(sid), name, queue.session_idle_s, queue.session_max_s
         )
-        await self._redirect(scope, send, [self._gate.cookie(scope, sid, max(1, math.ceil(queue.session_max_s)))])
+        await self._redirect(
+            scope, send, [self._gate.cookie(scope, sid, max(1, math.ceil(queue.session_max_s)))]
+        )
 
     async def _sign_out(self, scope: Scope, receive: Receive, send: Send) -> None:
         fields = http.form(await http.read(receive))

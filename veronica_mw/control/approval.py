@@ -68,15 +68,14 @@ class ApprovalRequest:
 
 # Who decided and when (an ApprovalQueue fills them in): recorded in the decision's event, not
 # part of what the answer means (so Approve(approver="alice") == Approve()).
-_WHO = {"default": None, "kw_only": True, "compare": False}
 
 
 @dataclass(frozen=True, slots=True)
 class Approve:
     """Run the tool as asked."""
 
-    approver: str | None = field(**_WHO)  # type: ignore[call-overload]
-    decided_at: float | None = field(**_WHO)  # type: ignore[call-overload]
+    approver: str | None = field(default=None, kw_only=True, compare=False)
+    decided_at: float | None = field(default=None, kw_only=True, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +83,8 @@ class Reject:
     """Do not run the tool; ``message`` says why (to the agent, with ``on_reject="message"``)."""
 
     message: str = ""
-    approver: str | None = field(**_WHO)  # type: ignore[call-overload]
-    decided_at: float | None = field(**_WHO)  # type: ignore[call-overload]
+    approver: str | None = field(default=None, kw_only=True, compare=False)
+    decided_at: float | None = field(default=None, kw_only=True, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +92,8 @@ class Edit:
     """Run the tool with these arguments instead (where the adapter can pass them)."""
 
     arguments: Any
-    approver: str | None = field(**_WHO)  # type: ignore[call-overload]
-    decided_at: float | None = field(**_WHO)  # type: ignore[call-overload]
+    approver: str | None = field(default=None, kw_only=True, compare=False)
+    decided_at: float | None = field(default=None, kw_only=True, compare=False)
 
 
 Answer = Approve | Reject | Edit | bool
