@@ -5,8 +5,9 @@ from the same objects the kernel reads usage from (``kernel/pricing.py``): OpenA
 (every choice, ``tool_calls``), completions and Responses (``message`` and ``function_call``
 items; SDK objects and dicts), Anthropic messages (``text`` and ``tool_use`` blocks), Google Gemini
 (every candidate's ``text`` and ``functionCall`` parts), LangChain messages and generations
-(``tool_calls``), LlamaIndex chat and completion responses, and the plain strings and message
-dicts CrewAI and AG2 hand back. A result none of these describe has no text (never its
+(``tool_calls``), LlamaIndex chat and completion responses (tool calls in ``additional_kwargs``
+or ``ToolCallBlock``), Pydantic AI responses (text and tool-call parts), and the plain strings and
+message dicts CrewAI and AG2 hand back. A result none of these describe has no text (never its
 ``repr()``). Nothing here imports an SDK: fields are read by name.
 """
 
@@ -100,6 +101,11 @@ class _Reader:
             kwargs = _get(message, "additional_kwargs")  # LlamaIndex keeps them here
             calls = _get(kwargs, "tool_calls") if isinstance(kwargs, Mapping) else None
         self.openai_calls(calls)
+        blocks = _get(message, "blocks")  # LlamaIndex ToolCallBlock(tool_name, tool_kwargs)
+        if calls is None and _seq(blocks):
+            for block in blocks:
+                if _get(block, "tool_name") is not None:
+                    self.tool(_get(block, "tool_name"), _get(block, "tool_kwargs"))
         legacy = _get(message, "function_call")  # OpenAI's older single function call
         if legacy is not None and not isinstance(legacy, str):
             self.tool(_get(legacy, "name"), _get(legacy, "arguments"))
@@ -187,6 +193,17 @@ class _Reader:
             return
         if _seq(output):
             self.responses(output)
+            return
+        parts = _get(result, "parts")  # Pydantic AI ModelResponse: text and tool-call parts
+        if _seq(parts) and parts and all(_get(p, "part_kind") is not None for p in parts):
+            texts = []
+            for part in parts:
+                kind = _get(part, "part_kind")
+                if kind == "tool-call":
+                    self.tool(_get(part, "tool_name"), _get(part, "args"))
+                elif kind == "text" and isinstance(_get(part, "content"), str):
+                    texts.append(_get(part, "content"))
+            self.texts.append("".join(texts))
             return
         text = _get(result, "text")  # LangChain Generation, LlamaIndex CompletionResponse
         if isinstance(text, str):
