@@ -176,11 +176,18 @@ class Opaque:
             [("k", "[]")],
         ),
         (  # Pydantic AI ModelResponse
-            SDKObject(parts=[SDKObject(part_kind="text", content="hi"), SDKObject(part_kind="tool-call", tool_name="n", args='{"f": 6}')]),
+            SDKObject(
+                parts=[
+                    SDKObject(part_kind="text", content="hi"),
+                    SDKObject(part_kind="tool-call", tool_name="n", args='{"f": 6}'),
+                ]
+            ),
             [("n", '{"f": 6}')],
         ),
         (  # LlamaIndex ChatResponse whose message holds a ToolCallBlock
-            SDKObject(message=SDKObject(content=None, blocks=[SDKObject(tool_name="m", tool_kwargs={"e": 5})])),
+            SDKObject(
+                message=SDKObject(content=None, blocks=[SDKObject(tool_name="m", tool_kwargs={"e": 5})])
+            ),
             [("m", '{"e": 5}')],
         ),
     ],
