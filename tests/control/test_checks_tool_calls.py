@@ -20,7 +20,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Inheritance class AiohttpClientS
 
 SECRET = r"sk-\w+"
 LIMITS = ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=3)
-FUNCTION = {
+FUNCTION: Any = {
     "type": "function",
     "function": {"name": TOOL, "parameters": {"type": "object", "properties": {"to": {"type": "string"}}}},
 }
