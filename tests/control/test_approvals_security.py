@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from veronica_mw import (
     ApprovalQueue,
@@ -399,3 +401,30 @@ async def test_malformed_input_is_a_4xx_never_a_500() -> None:
 @pytest.mark.parametrize("edit", [Edit({"k": "v"}), Approve(), Reject("no")])
 async def test_answers_compare_by_meaning_not_by_who(edit: Approve | Reject | Edit) -> None:
     assert type(edit)(**{k: getattr(edit, k) for k in ("message", "arguments") if hasattr(edit, k)}) == edit
+
+
+_FUZZ_QUEUE = ApprovalQueue(secrets.token_urlsafe(16))
+_FUZZ_APP = _FUZZ_QUEUE.asgi_app()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    method=st.sampled_from(["GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "X"]),
+    path=st.one_of(
+        st.text(max_size=80).map(lambda t: "/" + t),
+        st.sampled_from(["/", "/session", "/logout", "/r1", "/r1/approve", "/r1/edit", "/r1/reject"]),
+    ),
+    cookie=st.binary(max_size=120),
+    content_type=st.sampled_from(
+        [b"", b"application/json", b"application/x-www-form-urlencoded", b"text/plain"]
+    ),
+    body=st.one_of(st.binary(max_size=300), st.text(max_size=300).map(str.encode)),
+    accept_html=st.booleans(),
+)
+def test_no_input_is_a_500(
+    method: str, path: str, cookie: bytes, content_type: bytes, body: bytes, accept_html: bool
+) -> None:
+    headers = [(b"cookie", b"veronica_approvals=" + cookie), (b"content-type", content_type)]
+    if accept_html:
+        headers.append((b"accept", b"text/html"))
+    assert asyncio.run(raw(_FUZZ_APP, method, path, headers, body)) < 500
