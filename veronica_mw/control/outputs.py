@@ -188,12 +188,6 @@ class _Reader:
         if message is not None and not isinstance(message, str):
             self.message(message)
             return
-        if _get(result, "content") is not None or _get(result, "tool_calls") is not None:
-            self.message(result)  # LangChain messages, Anthropic Message, message dicts (AG2)
-            return
-        if _seq(output):
-            self.responses(output)
-            return
         parts = _get(result, "parts")  # Pydantic AI ModelResponse: text and tool-call parts
         if _seq(parts) and parts and all(_get(p, "part_kind") is not None for p in parts):
             texts = []
@@ -204,6 +198,12 @@ class _Reader:
                 elif kind == "text" and isinstance(_get(part, "content"), str):
                     texts.append(_get(part, "content"))
             self.texts.append("".join(texts))
+            return
+        if _get(result, "content") is not None or _get(result, "tool_calls") is not None:
+            self.message(result)  # LangChain messages, Anthropic Message, message dicts (AG2)
+            return
+        if _seq(output):
+            self.responses(output)
             return
         text = _get(result, "text")  # LangChain Generation, LlamaIndex CompletionResponse
         if isinstance(text, str):
