@@ -1,18 +1,20 @@
 """Human approval of sensitive tool calls on FastAPI: the agent may only send email once a person
 says yes on the approvals page (or through its JSON API). The "model" is an offline stand-in.
 
+Each approver has a token of their own (at least 128 bits), and every decision records who made it.
 Serve it (from the repository root)::
 
-    APPROVALS_TOKEN=$(python -c "import secrets; print(secrets.token_urlsafe())") \\
+    APPROVERS="alice=$(python -c 'import secrets; print(secrets.token_urlsafe())'),bob=$(...)" \\
         uvicorn examples.approvals_app:app
     # several workers share pending requests and decisions through Redis:
-    #   APPROVALS_TOKEN=... VERONICA_REDIS_URL=redis://127.0.0.1:6379/0 \
+    #   APPROVERS=... VERONICA_REDIS_URL=redis://127.0.0.1:6379/0 \
     #       uvicorn examples.approvals_app:app --workers 4
 
 then ``curl -X POST 'http://127.0.0.1:8000/agent?to=cfo@example.com'`` waits; open
-http://127.0.0.1:8000/approvals/ in a browser, sign in with the token and press Approve (the
+http://127.0.0.1:8000/approvals/ in a browser, sign in with your token and press Approve (the
 request answers 200 and the email "goes out") or Reject (403 problem+json); or decide with
-``curl -X POST -H "Authorization: Bearer $APPROVALS_TOKEN" http://127.0.0.1:8000/approvals/<id>/approve``.
+``curl -X POST -H "Authorization: Bearer $ALICE_TOKEN" http://127.0.0.1:8000/approvals/<id>/approve``.
+Served over https (or behind a TLS proxy), the session cookie is ``__Host-`` and Secure.
 
 ``python examples/approvals_app.py`` runs the same app in process, offline: one request is
 approved, one rejected, one edited, and what happened is printed.
@@ -40,10 +42,13 @@ from veronica_mw import (
     get_current_execution_context,
 )
 
-TOKEN = os.environ.get("APPROVALS_TOKEN") or secrets.token_urlsafe()
-if "APPROVALS_TOKEN" not in os.environ and __name__ != "__main__":
-    print(f"approvals token (set APPROVALS_TOKEN to choose one): {TOKEN}", file=sys.stderr)
-queue = ApprovalQueue(TOKEN, redis_url=os.environ.get("VERONICA_REDIS_URL"))
+APPROVERS = dict(
+    pair.split("=", 1) for pair in os.environ.get("APPROVERS", "").split(",") if "=" in pair
+) or {name: secrets.token_urlsafe() for name in ("alice", "bob")}
+if "APPROVERS" not in os.environ and __name__ != "__main__":
+    for name, token in APPROVERS.items():  # set APPROVERS="alice=...,bob=..." to choose them
+        print(f"approver {name}: token {token}", file=sys.stderr)
+queue = ApprovalQueue(approvers=APPROVERS, redis_url=os.environ.get("VERONICA_REDIS_URL"))
 outbox: list[dict[str, str]] = []  # what "went out" (in this process)
 
 
@@ -95,28 +100,30 @@ app.add_middleware(
 async def _demo() -> None:
     import httpx
 
-    auth = {"authorization": f"Bearer {TOKEN}"}
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://demo", timeout=30) as http:
 
-        async def decide(action: str, body: dict[str, Any] | None = None) -> None:
+        async def decide(who: str, action: str, body: dict[str, Any] | None = None) -> None:
+            auth = {"authorization": f"Bearer {APPROVERS[who]}"}
             while not (pending := (await http.get("/approvals/", headers=auth)).json()["pending"]):
                 await asyncio.sleep(0.01)
             request = pending[0]
             print(f"pending: {request['tool']}({request['arguments']}) -> {action}")
-            await http.post(f"/approvals/{request['id']}/{action}", headers=auth, json=body or {})
+            decided = await http.post(f"/approvals/{request['id']}/{action}", headers=auth, json=body or {})
+            print(f"decided by {decided.json()['approver']}")
 
-        for to, action, body in (
-            ("cfo@example.com", "approve", None),
-            ("everyone@example.com", "reject", {"message": "not to the whole company"}),
+        for to, who, action, body in (
+            ("cfo@example.com", "alice", "approve", None),
+            ("everyone@example.com", "bob", "reject", {"message": "not to the whole company"}),
             (
                 "ceo@example.com",
+                "alice",
                 "edit",
                 {"arguments": {"to": "ceo-office@example.com", "subject": "Q3", "body": "Hi"}},
             ),
         ):
             call = asyncio.create_task(http.post("/agent", params={"to": to}))
-            await decide(action, body)
+            await decide(who, action, body)
             response = await call
             detail = response.json().get("result") or response.json().get("detail")
             print(f"{action}: {response.status_code} {detail}")

@@ -15,6 +15,7 @@ from .control import (
     ModelOutput,
     Reject,
     RequireApproval,
+    ToolCall,
 )
 from .instrumentation import instrument, uninstrument
 from .kernel.binding import ContextBinding
@@ -95,6 +96,7 @@ __all__ = [
     "RuntimePolicy",
     "SharedTimeoutPool",
     "TokenUsage",
+    "ToolCall",
     "ToolCallRejected",
     "VeronicaASGIMiddleware",
     "VeronicaWSGIMiddleware",

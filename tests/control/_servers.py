@@ -28,14 +28,16 @@ def free_port() -> int:
 
 
 class ApprovalsServer:
-    def __init__(self, runs: Path, *, workers: int = 1, redis_url: str | None = None) -> None:
+    def __init__(
+        self, runs: Path, *, workers: int = 1, redis_url: str | None = None, token: str = TOKEN
+    ) -> None:
         self.port = free_port()
         self.workers = workers
         self.runs = runs
         self.env = {
             **os.environ,
             "VERONICA_TEST_RUNS": str(runs),
-            "VERONICA_TEST_TOKEN": TOKEN,
+            "VERONICA_TEST_TOKEN": token,
             "VERONICA_TEST_REDIS_URL": redis_url or "",
         }
         self.proc: subprocess.Popen[bytes] | None = None

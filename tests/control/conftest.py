@@ -5,3 +5,4 @@ from __future__ import annotations
 from ..pools.conftest import redis_server, redis_url
 
 __all__ = ["redis_server", "redis_url"]
+from ..support.redis_cluster import _redis_cluster_session, redis_cluster  # noqa: E402, F401  (fixtures)

@@ -46,7 +46,7 @@ async def parked(queue: ApprovalQueue, req: ApprovalRequest) -> asyncio.Task[Any
 async def client() -> AsyncIterator[tuple[ApprovalQueue, httpx.AsyncClient]]:
     queue = ApprovalQueue(TOKEN)
     transport = httpx.ASGITransport(app=queue.asgi_app())
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         yield queue, http
 
 
@@ -66,6 +66,7 @@ async def test_the_json_api_needs_the_token(client: tuple[ApprovalQueue, httpx.A
     assert (await http.post(f"/{pending['id']}/approve", headers=AUTH)).json() == {
         "id": pending["id"],
         "status": "approve",
+        "approver": "default",
     }
     assert await task == Approve()
     assert (await http.post(f"/{pending['id']}/approve", headers=AUTH)).status_code == 409
@@ -144,7 +145,7 @@ async def test_mounted_under_a_prefix() -> None:
     queue = ApprovalQueue(TOKEN)
     app = Starlette(routes=[Mount("/approvals", app=queue.asgi_app())])
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         assert (await http.get("/approvals", headers=HTML)).headers["location"].endswith("/approvals/")
         signed_in = await http.post("/approvals/session", data={"token": TOKEN})
         assert signed_in.headers["location"] == "/approvals/"
@@ -165,7 +166,7 @@ async def test_redis_decisions_reach_another_queue_instance(redis_url: str) -> N
     """Two workers: the request waits in one, the decision is posted to the other."""
     waiting, deciding = ApprovalQueue(TOKEN, redis_url), ApprovalQueue(TOKEN, redis_url)
     transport = httpx.ASGITransport(app=deciding.asgi_app())
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         task = await parked(waiting, request())
         (pending,) = (await http.get("/", headers=AUTH)).json()["pending"]
         assert (

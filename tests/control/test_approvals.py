@@ -25,7 +25,7 @@ from veronica_mw import (
 )
 
 LIMITS = ExecutionConfig(max_cost_usd=1.0, max_steps=20, max_retries_total=2)
-TOKEN = "t" * 32
+TOKEN = "approvals-unit-token-9f3Kq7Zt2LmX"
 
 
 class Outbox:
@@ -296,7 +296,7 @@ def test_configuration_errors() -> None:
             RequireApproval("x", lambda r: True, timeout_s=bad)
     with pytest.raises(ValueError, match="on_reject"):
         RequireApproval("x", lambda r: True, on_reject="ignore")
-    with pytest.raises(ValueError, match="16 characters"):
+    with pytest.raises(ValueError, match="128 bits"):
         ApprovalQueue("short")
 
 

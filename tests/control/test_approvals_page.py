@@ -148,3 +148,35 @@ def test_sign_in_once_then_approve_reject_and_edit(
     notice = _wait(browser).until(ec.presence_of_element_located((By.CSS_SELECTOR, "p.notice")))
     assert "already decided" in notice.text
     assert call.result().status_code == 200 and len(server.runs_of(to=to)) == 1
+
+
+def _signed_in(driver: WebDriver, server: ApprovalsServer) -> None:
+    driver.get(f"{server.url}/approvals/")
+    fields = driver.find_elements(By.ID, "token")
+    if fields:
+        fields[0].send_keys(TOKEN)
+        driver.find_element(By.ID, "sign-in").click()
+    _wait(driver).until(ec.presence_of_element_located((By.ID, "signed-in")))
+
+
+def test_bidi_and_zero_width_characters_are_shown_not_rendered(
+    browser: WebDriver, server: ApprovalsServer
+) -> None:
+    _signed_in(browser, server)
+    assert browser.find_element(By.ID, "signed-in").text == "Signed in as default"
+    # What would run is "alice@example.com<RLO><ZWSP>moc.evil": it must not read as something else.
+    to = "alice@example.com\u202e\u200bmoc.evil"
+    call = AgentCall(server.url, to=to)
+    (pending,) = wait_pending(server.url)
+    _open_request(browser, server, pending["id"])
+    card = browser.find_element(By.ID, f"request-{pending['id']}")
+    shown = card.find_element(By.CSS_SELECTOR, "pre.arguments")
+    marks = shown.find_elements(By.CSS_SELECTOR, "mark.hidden-char")
+    assert [m.text for m in marks] == ["\\u202e", "\\u200b"]
+    assert marks[0].get_attribute("title") == "U+202E RIGHT-TO-LEFT OVERRIDE"
+    assert marks[0].value_of_css_property("background-color") == "rgba(255, 213, 213, 1)"  # highlighted
+    assert "\u202e" not in shown.text and "\u200b" not in shown.text
+    assert "alice@example.com\\u202e\\u200bmoc.evil" in shown.text  # in order, left to right
+    card.find_element(By.CSS_SELECTOR, "button.reject").click()
+    _wait(browser).until(ec.presence_of_element_located((By.CSS_SELECTOR, "p.empty")))
+    assert call.result().status_code == 403 and server.runs_of(to=to) == []

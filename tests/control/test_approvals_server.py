@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -121,3 +123,26 @@ def test_a_decision_posted_to_another_server_reaches_the_waiting_one(
         assert response.status_code == 200
         (run,) = a.runs_of(to=to)
         assert run["body"] == "Numbers attached (approved)." and run["pid"] == response.json()["worker"]
+
+
+def test_the_sixth_bad_sign_in_in_a_minute_is_429_across_workers(
+    module_redis: RedisServer, tmp_path: Path
+) -> None:
+    """Failures are counted in Redis: whichever worker each attempt reaches, the 6th is refused."""
+    token = secrets.token_urlsafe(16)  # its own namespace: the other tests' servers are not throttled
+    with ApprovalsServer(
+        tmp_path / "runs.jsonl", workers=2, redis_url=module_redis.url, token=token
+    ) as server:
+        fresh = {"connection": "close"}  # a new connection each time: any worker may take it
+        with httpx.Client(timeout=10, base_url=f"{server.url}/approvals") as client:
+            for attempt in range(5):
+                if attempt % 2:
+                    failed = client.get("/", headers={**fresh, "authorization": "Bearer guess"})
+                else:
+                    failed = client.post("/session", headers=fresh, data={"token": f"guess{attempt}"})
+                assert failed.status_code == 401
+            for _ in range(6):  # now refused everywhere, even with the right token
+                refused = client.post("/session", headers=fresh, data={"token": token})
+                assert refused.status_code == 429 and 1 <= int(refused.headers["retry-after"]) <= 60
+                api = client.get("/", headers={**fresh, "authorization": f"Bearer {token}"})
+                assert api.status_code == 429

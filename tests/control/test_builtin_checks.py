@@ -132,3 +132,81 @@ class SDKObject:
 def test_text_extraction(raw: Any, text: str) -> None:
     assert extract_text(raw) == text
     assert ModelOutput(raw).text == text
+
+
+class Opaque:
+    """A result no reader knows, whose repr would leak what it holds."""
+
+    def __repr__(self) -> str:
+        return "Opaque(sk-LEAKED)"
+
+
+@pytest.mark.parametrize(
+    ("raw", "calls"),
+    [
+        (
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "content": None,
+                            "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}],
+                        }
+                    }
+                ]
+            },
+            [("f", "{}")],
+        ),
+        ({"output": [{"type": "function_call", "name": "g", "arguments": '{"a": 1}'}]}, [("g", '{"a": 1}')]),
+        ({"content": [{"type": "tool_use", "name": "h", "input": {"b": 2}}]}, [("h", '{"b": 2}')]),
+        (
+            {"candidates": [{"content": {"parts": [{"functionCall": {"name": "i", "args": {"c": 3}}}]}}]},
+            [("i", '{"c": 3}')],
+        ),
+        (
+            SDKObject(content="", tool_calls=[{"name": "j", "args": {"d": 4}}]),
+            [("j", '{"d": 4}')],
+        ),  # LangChain
+        (
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"function": {"name": "k", "arguments": "[]"}}],
+            },
+            [("k", "[]")],
+        ),
+        (  # Pydantic AI ModelResponse
+            SDKObject(
+                parts=[
+                    SDKObject(part_kind="text", content="hi"),
+                    SDKObject(part_kind="tool-call", tool_name="n", args='{"f": 6}'),
+                ]
+            ),
+            [("n", '{"f": 6}')],
+        ),
+        (  # LlamaIndex ChatResponse whose message holds a ToolCallBlock
+            SDKObject(
+                message=SDKObject(content=None, blocks=[SDKObject(tool_name="m", tool_kwargs={"e": 5})])
+            ),
+            [("m", '{"e": 5}')],
+        ),
+    ],
+)
+def test_tool_calls_are_read_from_every_shape(raw: Any, calls: list[tuple[str, str]]) -> None:
+    assert [(c.name, c.arguments) for c in ModelOutput(raw).tool_calls] == calls
+
+
+def test_no_repr_fallback_and_escaped_secrets_are_found() -> None:
+    assert ModelOutput(Opaque()).text == "" and Forbidden("sk-")(ModelOutput(Opaque())).passed
+    escaped = {
+        "choices": [
+            {"message": {"tool_calls": [{"function": {"name": "f", "arguments": '{"k": "\\u0073k-X"}'}}]}}
+        ]
+    }
+    assert not Forbidden(r"sk-\w")(ModelOutput(escaped)).passed
+    two = {"choices": [{"message": {"content": "fine"}}, {"message": {"content": "x" * 20}}]}
+    assert ModelOutput(two).texts == ("fine", "x" * 20)
+    assert MaxLength(10)(ModelOutput(two)).message == "choice 1: 20 characters, more than 10"
+    assert JsonOutput()(
+        ModelOutput({"choices": [{"message": {"content": "[1]"}}, {"message": {"content": "no"}}]})
+    ).message.startswith("choice 1: not valid JSON")

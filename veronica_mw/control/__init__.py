@@ -12,7 +12,7 @@ from ._suite import CheckSuite
 from .approval import ApprovalRequest, Approve, Edit, Reject, RequireApproval
 from .checks import CheckResult, Forbidden, JsonOutput, MaxLength
 from .downgrade import DowngradeAt
-from .outputs import ModelOutput, extract_text
+from .outputs import ModelOutput, ToolCall, extract_text
 from .queue import ApprovalQueue
 
 install_verifier_builder(CheckSuite)
@@ -32,6 +32,7 @@ __all__ = [
     "OutputRejected",
     "Reject",
     "RequireApproval",
+    "ToolCall",
     "ToolCallRejected",
     "extract_text",
 ]

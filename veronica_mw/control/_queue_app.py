@@ -2,173 +2,96 @@
 
 Routes, relative to where it is mounted:
 
-- ``GET /``: pending requests as JSON (``Authorization: Bearer <token>``), or the HTML page for
+- ``GET /``: pending requests as JSON, 50 a page (``?page=``), or the HTML page for
   ``Accept: text/html`` (a sign-in form until the browser holds a session);
-- ``GET /{id}``: one request and its status (JSON);
+- ``GET /{id}``: one request, its status and who decided it (JSON);
 - ``POST /{id}/approve``, ``/{id}/reject`` (``{"message": ...}``), ``/{id}/edit``
   (``{"arguments": {...}}``): decide; 404 for an unknown id, 409 for a decided or expired one;
 - ``POST /session`` (form field ``token``), ``POST /logout``: the browser's session.
 
-Authentication: the JSON API takes the bearer token (compared in constant time; 401 without). A
-person types the token once into the page's form; the session is then an HttpOnly,
-SameSite=Strict cookie signed with a key derived from the token (so every worker accepts it), and
-every form carries a CSRF token bound to that session. The token never appears in a URL.
+Who asks: a bearer token (``Authorization: Bearer <token>``, compared in constant time with every
+approver's), the queue's ``authenticate(headers)``, or a session. A session is a random id in an
+HttpOnly, SameSite=Strict cookie (``__Host-`` and Secure unless plain http to localhost), kept in
+the queue's store: logout deletes it, and it ends after ``session_idle_s`` unused or
+``session_max_s`` after sign-in. Every form carries a CSRF token bound to the session (or to the
+approver authenticated by header). After 5 failed sign-ins or bearer checks in a minute, an
+address gets 429 with ``Retry-After`` (counted in the store: across workers with Redis). Every
+input the app cannot read is a 4xx.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
+import logging
+import math
 import re
 import secrets
-import time
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
+from typing import TYPE_CHECKING
 
-from ._queue_page import login_page, queue_page
+from . import _queue_http as http
+from ._queue_page import PAGE_SIZE, login_page, queue_page
+from ._queue_session import Gate, Throttled, Who
 from .approval import Approve, Edit, Reject
 
 if TYPE_CHECKING:
     from ..web.types import Receive, Scope, Send
     from .queue import ApprovalQueue
 
-_COOKIE = "veronica_approvals"
-_SESSION_S = 8 * 3600
-_MAX_BODY = 64 * 1024
+logger = logging.getLogger("veronica_mw")
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _ACTIONS = ("approve", "reject", "edit")
-_SECURITY_HEADERS = [
-    (b"cache-control", b"no-store"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
-    (b"x-frame-options", b"DENY"),
-    (
-        b"content-security-policy",
-        b"default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
-    ),
-]
 _STATUS_TEXT = {"unknown": (404, "unknown request"), "decided": (409, "request already decided or expired")}
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-def _base(scope: Scope) -> str:
-    """Where the app is mounted, with a trailing slash: links, redirects and the cookie's path."""
-    return str(scope.get("root_path") or "") + "/"
-
-
-def _header(scope: Scope, name: bytes) -> str:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return bytes(value).decode("latin-1")
-    return ""
-
-
-def _cookie(scope: Scope, name: str) -> str:
-    for part in _header(scope, b"cookie").split(";"):
-        key, _, value = part.strip().partition("=")
-        if key == name:
-            return value
-    return ""
-
-
-async def _read(receive: Receive) -> bytes:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > _MAX_BODY:
-            raise _BodyTooLarge
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
 
 
 class ApprovalsApp:
     def __init__(self, queue: ApprovalQueue, *, title: str) -> None:
         self._queue = queue
         self._title = title
-        self._token = queue.token.encode()
-        self._key = hmac.new(self._token, b"veronica-mw approvals session v1", hashlib.sha256).digest()
-
-    # -- sessions ---------------------------------------------------------------------------------
-
-    def _sign(self, text: str) -> str:
-        return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()
-
-    def _bearer(self, scope: Scope) -> bool:
-        scheme, _, given = _header(scope, b"authorization").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self._token)
-
-    def _session(self, scope: Scope) -> str | None:
-        """The session id of a valid, unexpired session cookie."""
-        sid, _, rest = _cookie(scope, _COOKIE).partition(".")
-        expires, _, signature = rest.partition(".")
-        if not sid or not expires.isdigit() or int(expires) < time.time():
-            return None
-        return (
-            sid if hmac.compare_digest(signature.encode(), self._sign(f"{sid}.{expires}").encode()) else None
-        )
-
-    def _csrf(self, sid: str) -> str:
-        return self._sign(f"csrf.{sid}")
-
-    def _cookie_header(self, scope: Scope, value: str, max_age: int) -> tuple[bytes, bytes]:
-        secure = "; Secure" if scope.get("scheme") == "https" else ""
-        path = _base(scope)
-        cookie = f"{_COOKIE}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
-        return b"set-cookie", cookie.encode("latin-1")
+        self._gate = Gate(queue)
 
     # -- responses --------------------------------------------------------------------------------
 
-    @staticmethod
-    async def _send(
-        send: Send,
-        status: int,
-        body: bytes,
-        content_type: bytes,
-        extra: list[tuple[bytes, bytes]] | None = None,
-    ) -> None:
-        headers = [
-            (b"content-type", content_type),
-            (b"content-length", str(len(body)).encode()),
-            *_SECURITY_HEADERS,
-        ]
-        await send({"type": "http.response.start", "status": status, "headers": headers + (extra or [])})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-
-    async def _json(
-        self, send: Send, status: int, data: Any, extra: list[tuple[bytes, bytes]] | None = None
-    ) -> None:
-        await self._send(send, status, json.dumps(data).encode(), b"application/json", extra)
+    def _extra(
+        self, scope: Scope, extra: list[tuple[bytes, bytes]] | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        return [*(extra or []), *([http.HSTS] if self._gate.secure(scope) else [])]
 
     async def _html(
-        self, send: Send, status: int, page: bytes, extra: list[tuple[bytes, bytes]] | None = None
+        self,
+        scope: Scope,
+        send: Send,
+        status: int,
+        page: bytes,
+        extra: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
-        await self._send(send, status, page, b"text/html; charset=utf-8", extra)
+        await http.respond(send, status, page, b"text/html; charset=utf-8", self._extra(scope, extra))
+
+    async def _json(
+        self,
+        scope: Scope,
+        send: Send,
+        status: int,
+        data: object,
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        await http.respond_json(send, status, data, self._extra(scope, extra))
 
     async def _redirect(
-        self, send: Send, location: str, extra: list[tuple[bytes, bytes]] | None = None
+        self, scope: Scope, send: Send, extra: list[tuple[bytes, bytes]] | None = None
     ) -> None:
-        headers = [(b"location", location.encode("latin-1")), *(extra or [])]
-        await self._send(send, 303, b"", b"text/plain", headers)
+        location = (b"location", http.base(scope).encode("latin-1", "replace"))
+        await http.respond(send, 303, b"", b"text/plain", self._extra(scope, [location, *(extra or [])]))
 
-    async def _unauthorized(self, send: Send) -> None:
-        await self._json(
-            send, 401, {"error": "unauthorized"}, [(b"www-authenticate", b'Bearer realm="approvals"')]
+    async def _unauthorized(self, scope: Scope, send: Send) -> None:
+        challenge = [(b"www-authenticate", b'Bearer realm="approvals"')]
+        await self._json(scope, send, 401, {"error": "unauthorized"}, challenge)
+
+    async def _page(self, scope: Scope, send: Send, who: Who, status: int = 200, notice: str = "") -> None:
+        page = max(1, http.query_int(scope, "page", 1))
+        records, total = await self._queue.pending_page((page - 1) * PAGE_SIZE, PAGE_SIZE)
+        body = queue_page(
+            self._title, http.base(scope), records, self._gate.csrf(who), notice, who.name, page, total
         )
-
-    async def _page(self, scope: Scope, send: Send, sid: str, status: int = 200, notice: str = "") -> None:
-        records = await self._queue.pending()
-        page = queue_page(self._title, _base(scope), records, self._csrf(sid), notice)
-        await self._html(send, status, page)
+        await self._html(scope, send, status, body)
 
     # -- routing ----------------------------------------------------------------------------------
 
@@ -189,129 +112,154 @@ class ApprovalsApp:
         root: str = scope.get("root_path", "") or ""
         if root and path.startswith(root):
             path = path[len(root) :]
-        method = scope.get("method", "GET")
         try:
-            await self._route(scope, receive, send, method, path)
-        except _BodyTooLarge:
-            await self._json(send, 413, {"error": "request body too large"})
+            await self._route(scope, receive, send, str(scope.get("method", "GET")), path)
+        except http.BadRequest as exc:
+            await self._json(scope, send, exc.status, {"error": str(exc)})
+        except Throttled as exc:
+            retry = [(b"retry-after", str(exc.retry_after).encode())]
+            await self._json(scope, send, 429, {"error": "too many failed sign-ins; try again later"}, retry)
 
     async def _route(self, scope: Scope, receive: Receive, send: Send, method: str, path: str) -> None:
         if path == "":
-            await self._redirect(send, _base(scope))
+            await self._redirect(scope, send)
             return
         parts = path.strip("/").split("/") if path != "/" else []
+        allowed = b"GET, HEAD"
         if not parts:
             if method in ("GET", "HEAD"):
                 await self._index(scope, send)
-            else:
-                await self._json(send, 405, {"error": "method not allowed"}, [(b"allow", b"GET")])
-            return
-        if parts == ["session"] and method == "POST":
-            await self._sign_in(scope, receive, send)
-        elif parts == ["logout"] and method == "POST":
-            await self._sign_out(scope, receive, send)
-        elif len(parts) == 1 and method == "GET" and _ID.fullmatch(parts[0]):
-            if not self._bearer(scope):
-                await self._unauthorized(send)
                 return
-            record = await self._queue.get(parts[0])
-            await (
-                self._json(send, 200, record)
-                if record
-                else self._json(send, 404, {"error": "unknown request"})
-            )
-        elif len(parts) == 2 and parts[1] in _ACTIONS and method == "POST" and _ID.fullmatch(parts[0]):
-            await self._decide(scope, receive, send, parts[0], parts[1])
+        elif parts == ["session"] or parts == ["logout"]:
+            if method == "POST":
+                await (self._sign_in if parts == ["session"] else self._sign_out)(scope, receive, send)
+                return
+            allowed = b"POST"
+        elif len(parts) == 1 and _ID.fullmatch(parts[0]):
+            if method in ("GET", "HEAD"):
+                await self._one(scope, send, parts[0])
+                return
+        elif len(parts) == 2 and parts[1] in _ACTIONS and _ID.fullmatch(parts[0]):
+            if method == "POST":
+                await self._decide(scope, receive, send, parts[0], parts[1])
+                return
+            allowed = b"POST"
         else:
-            await self._json(send, 404, {"error": "not found"})
+            await self._json(scope, send, 404, {"error": "not found"})
+            return
+        await self._json(scope, send, 405, {"error": "method not allowed"}, [(b"allow", allowed)])
 
     async def _index(self, scope: Scope, send: Send) -> None:
-        if "text/html" in _header(scope, b"accept"):
-            sid = self._session(scope)
-            if sid is None:
-                await self._html(send, 200, login_page(self._title, _base(scope)))
+        browser = "text/html" in http.header(scope, b"accept")
+        who = await self._gate.who(scope)
+        if who is None:
+            if browser:
+                await self._html(scope, send, 200, login_page(self._title, http.base(scope)))
             else:
-                await self._page(scope, send, sid)
+                await self._unauthorized(scope, send)
             return
-        if not self._bearer(scope):
-            await self._unauthorized(send)
+        if browser and who.how != "bearer":
+            await self._page(scope, send, who)
             return
-        await self._json(send, 200, {"pending": await self._queue.pending()})
+        page = max(1, http.query_int(scope, "page", 1))
+        records, total = await self._queue.pending_page((page - 1) * PAGE_SIZE, PAGE_SIZE)
+        pages = max(1, -(-total // PAGE_SIZE))
+        await self._json(scope, send, 200, {"pending": records, "total": total, "page": page, "pages": pages})
+
+    async def _one(self, scope: Scope, send: Send, request_id: str) -> None:
+        if await self._gate.who(scope) is None:
+            await self._unauthorized(scope, send)
+            return
+        record = await self._queue.get(request_id)
+        await self._json(scope, send, 200 if record else 404, record or {"error": "unknown request"})
 
     async def _sign_in(self, scope: Scope, receive: Receive, send: Send) -> None:
-        form = parse_qs((await _read(receive)).decode("utf-8", "replace"))
-        given = (form.get("token") or [""])[0].encode()
-        if not hmac.compare_digest(given, self._token):
-            await self._html(send, 401, login_page(self._title, _base(scope), "That token is not valid."))
+        await self._gate.throttle(scope)
+        fields = http.form(await http.read(receive))
+        name = self._gate.match(fields.get("token", ""))
+        if name is None:
+            await self._queue._store.failed(http.client_address(scope))
+            page = login_page(self._title, http.base(scope), "That token is not valid.")
+            await self._html(scope, send, 401, page)
             return
-        sid = secrets.token_urlsafe(16)
-        expires = int(time.time()) + _SESSION_S
-        value = f"{sid}.{expires}.{self._sign(f'{sid}.{expires}')}"
-        await self._redirect(send, _base(scope), [self._cookie_header(scope, value, _SESSION_S)])
+        sid = secrets.token_urlsafe(32)
+        queue = self._queue
+        await queue._store.session_add(
+            self._gate.sid_hash(sid), name, queue.session_idle_s, queue.session_max_s
+        )
+        await self._redirect(
+            scope, send, [self._gate.cookie(scope, sid, max(1, math.ceil(queue.session_max_s)))]
+        )
 
     async def _sign_out(self, scope: Scope, receive: Receive, send: Send) -> None:
-        form = parse_qs((await _read(receive)).decode("utf-8", "replace"))
-        sid = self._session(scope)
-        if sid is not None and hmac.compare_digest(
-            (form.get("csrf") or [""])[0].encode(), self._csrf(sid).encode()
-        ):
-            await self._redirect(send, _base(scope), [self._cookie_header(scope, "", 0)])
-        else:
-            await self._json(send, 403, {"error": "invalid session or CSRF token"})
+        fields = http.form(await http.read(receive))
+        who = await self._gate.who(scope)
+        if who is None or who.how != "session" or not self._gate.csrf_ok(who, fields.get("csrf", "")):
+            await self._json(scope, send, 403, {"error": "invalid session or CSRF token"})
+            return
+        await self._queue._store.session_drop(self._gate.sid_hash(who.sid))  # a copied cookie dies too
+        await self._redirect(scope, send, [self._gate.cookie(scope, "", 0)])
 
     async def _decide(self, scope: Scope, receive: Receive, send: Send, request_id: str, action: str) -> None:
-        body = await _read(receive)
-        if self._bearer(scope):
-            await self._decide_json(send, request_id, action, body)
+        body = await http.read(receive)
+        who = await self._gate.who(scope)
+        if who is None:
+            await self._unauthorized(scope, send)
             return
-        sid = self._session(scope)
-        if sid is None:
-            await self._unauthorized(send)
+        is_form = http.header(scope, b"content-type").startswith("application/x-www-form-urlencoded")
+        if who.how == "bearer" or (who.how == "header" and not is_form):
+            if who.how == "header" and not http.header(scope, b"content-type").startswith("application/json"):
+                # A cross-site form could post text/plain with the proxy's header: JSON forces a preflight.
+                await self._json(scope, send, 415, {"error": "send application/json"})
+                return
+            await self._decide_json(scope, send, who, request_id, action, body)
             return
-        form = parse_qs(body.decode("utf-8", "replace"))
-        if not hmac.compare_digest((form.get("csrf") or [""])[0].encode(), self._csrf(sid).encode()):
-            await self._json(send, 403, {"error": "invalid CSRF token"})
+        fields = http.form(body)
+        if not self._gate.csrf_ok(who, fields.get("csrf", "")):
+            await self._json(scope, send, 403, {"error": "invalid CSRF token"})
             return
         answer: Approve | Reject | Edit = Approve()
         if action == "reject":
-            answer = Reject((form.get("message") or [""])[0].strip())
+            answer = Reject(fields.get("message", "").strip()[:2000])
         elif action == "edit":
             try:
-                arguments = json.loads((form.get("arguments") or [""])[0])
-            except ValueError as exc:
-                await self._page(scope, send, sid, 400, f"The edited arguments are not valid JSON: {exc}")
+                arguments = http.json_body(fields.get("arguments", "").encode())
+            except http.BadRequest as exc:
+                await self._page(scope, send, who, 400, f"The edited arguments are not valid JSON: {exc}")
                 return
             if not isinstance(arguments, dict):
-                await self._page(scope, send, sid, 400, "The edited arguments must be a JSON object.")
+                await self._page(scope, send, who, 400, "The edited arguments must be a JSON object.")
                 return
             answer = Edit(arguments)
-        outcome = await self._queue.decide(request_id, answer)
+        outcome = await self._record(request_id, answer, who)
         if outcome == "ok":
-            await self._redirect(send, _base(scope))
+            await self._redirect(scope, send)
         else:
             status, message = _STATUS_TEXT[outcome]
-            await self._page(scope, send, sid, status, f"Request {request_id}: {message}.")
+            await self._page(scope, send, who, status, f"Request {request_id}: {message}.")
 
-    async def _decide_json(self, send: Send, request_id: str, action: str, body: bytes) -> None:
+    async def _record(self, request_id: str, answer: Approve | Reject | Edit, who: Who) -> str:
         try:
-            data = json.loads(body) if body.strip() else {}
-        except ValueError:
-            await self._json(send, 400, {"error": "the body must be JSON"})
-            return
+            return await self._queue.decide(request_id, answer, approver=who.name)
+        except (ValueError, TypeError, RecursionError) as exc:  # edited arguments it cannot store
+            raise http.BadRequest(f"the decision cannot be recorded: {type(exc).__name__}") from exc
+
+    async def _decide_json(
+        self, scope: Scope, send: Send, who: Who, request_id: str, action: str, body: bytes
+    ) -> None:
+        data = http.json_body(body)
         if not isinstance(data, dict):
-            await self._json(send, 400, {"error": "the body must be a JSON object"})
-            return
+            raise http.BadRequest("the body must be a JSON object")
         answer: Approve | Reject | Edit = Approve()
         if action == "reject":
-            answer = Reject(str(data.get("message") or ""))
+            answer = Reject(str(data.get("message") or "")[:2000])
         elif action == "edit":
             if not isinstance(data.get("arguments"), dict):
-                await self._json(send, 400, {"error": 'edit needs {"arguments": {...}}'})
-                return
+                raise http.BadRequest('edit needs {"arguments": {...}}')
             answer = Edit(data["arguments"])
-        outcome = await self._queue.decide(request_id, answer)
+        outcome = await self._record(request_id, answer, who)
         if outcome == "ok":
-            await self._json(send, 200, {"id": request_id, "status": action})
+            await self._json(scope, send, 200, {"id": request_id, "status": action, "approver": who.name})
         else:
             status, message = _STATUS_TEXT[outcome]
-            await self._json(send, status, {"error": message, "id": request_id})
+            await self._json(scope, send, status, {"error": message, "id": request_id})

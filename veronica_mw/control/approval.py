@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..kernel._control import GateVerdict
 from ..kernel.policy import PolicyContext, PolicyDecision
+from ._queue_auth import args_sha256
 
 if TYPE_CHECKING:
     from ..kernel.execution import ExecutionContext
@@ -65,9 +66,16 @@ class ApprovalRequest:
         }
 
 
+# Who decided and when (an ApprovalQueue fills them in): recorded in the decision's event, not
+# part of what the answer means (so Approve(approver="alice") == Approve()).
+
+
 @dataclass(frozen=True, slots=True)
 class Approve:
     """Run the tool as asked."""
+
+    approver: str | None = field(default=None, kw_only=True, compare=False)
+    decided_at: float | None = field(default=None, kw_only=True, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,8 @@ class Reject:
     """Do not run the tool; ``message`` says why (to the agent, with ``on_reject="message"``)."""
 
     message: str = ""
+    approver: str | None = field(default=None, kw_only=True, compare=False)
+    decided_at: float | None = field(default=None, kw_only=True, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +92,8 @@ class Edit:
     """Run the tool with these arguments instead (where the adapter can pass them)."""
 
     arguments: Any
+    approver: str | None = field(default=None, kw_only=True, compare=False)
+    decided_at: float | None = field(default=None, kw_only=True, compare=False)
 
 
 Answer = Approve | Reject | Edit | bool
@@ -231,7 +243,7 @@ class RequireApproval:
                 message = f"malformed approval answer {answer!r}"
             verdict = GateVerdict(False, message, on_reject=on_reject)
             kind, detail = "approval_rejected", message
-        ctx.add_event(kind, f"{request.tool}: {detail}", request_id=request.id, tool=request.tool)
+        ctx.add_event(kind, f"{request.tool}: {detail}", **_decision_detail(request, answer))
         return verdict
 
     def __repr__(self) -> str:
@@ -239,6 +251,23 @@ class RequireApproval:
             f"RequireApproval({self.tools!r}, {self.approver!r}, timeout_s={self.timeout_s:g}, "
             f"on_reject={self.on_reject!r})"
         )
+
+
+def _decision_detail(request: ApprovalRequest, answer: Any) -> dict[str, Any]:
+    """What the decision's event records (and the audit log keeps): who decided, when, and the
+    SHA-256 of the arguments asked for and of the edited ones."""
+    edited = args_sha256(answer.arguments) if isinstance(answer, Edit) else None
+    decided_at = getattr(answer, "decided_at", None) if isinstance(answer, (Approve, Reject, Edit)) else None
+    return {
+        "request_id": request.id,
+        "tool": request.tool,
+        "approver": getattr(answer, "approver", None)
+        if isinstance(answer, (Approve, Reject, Edit))
+        else None,
+        "args_sha256": args_sha256(request.arguments),
+        "edited_args_sha256": edited,
+        "decided_at": decided_at if isinstance(decided_at, (int, float)) else time.time(),
+    }
 
 
 async def _in_thread(fn: Approver, request: ApprovalRequest) -> Any:

@@ -51,8 +51,11 @@ def _pydantic_errors(exc: ValueError) -> str:
 
 
 class JsonOutput:
-    """The output is valid JSON; with ``schema`` (a JSON Schema dict, or a pydantic model class),
+    """Every answer is valid JSON; with ``schema`` (a JSON Schema dict, or a pydantic model class),
     valid against it. A single Markdown code fence around the whole answer is ignored.
+
+    Reads every tool call's arguments when the answer has tool calls (text beside them, such as
+    Anthropic's "I'll send it now.", is commentary), otherwise every choice's text.
 
     JSON Schema validation uses the ``jsonschema`` package (``pip install "veronica-mw[control]"``).
     """
@@ -77,36 +80,48 @@ class JsonOutput:
         self._validator = cls(schema)
 
     def __call__(self, output: ModelOutput) -> CheckResult:
-        text = output.text
+        answers = [(f"tool call {c.name!r}", c.arguments) for c in output.tool_calls]
+        if not answers:
+            answers = [(f"choice {i}", t) for i, t in enumerate(output.texts or ("",))]
+        many = len(answers) > 1
+        for where, text in answers:
+            failed = self._check(text)
+            if failed is not None:
+                return CheckResult(False, self.name, f"{where}: {failed}" if many else failed)
+        return CheckResult(True, self.name)
+
+    def _check(self, text: str) -> str | None:
         fenced = _FENCE.match(text)
         if fenced is not None:
             text = fenced.group("body")
         try:
             data = json.loads(text)
         except ValueError as exc:
-            return CheckResult(False, self.name, f"not valid JSON: {exc}")
+            return f"not valid JSON: {exc}"
+        except RecursionError:
+            return "not valid JSON: nested too deeply"
         if self._validator is not None:
             error = importlib.import_module("jsonschema").exceptions.best_match(
                 self._validator.iter_errors(data)
             )
             if error is not None:
                 where = "/".join(str(p) for p in error.absolute_path)
-                message = f"JSON does not match the schema at /{where}: {error.message}"
-                return CheckResult(False, self.name, message)
+                return f"JSON does not match the schema at /{where}: {error.message}"
         elif self._schema is not None:
             try:
                 self._schema.model_validate(data)  # type: ignore[union-attr]
             except ValueError as exc:  # pydantic's ValidationError is a ValueError
                 name = getattr(self._schema, "__name__", "the model")
-                return CheckResult(False, self.name, f"JSON does not match {name}: {_pydantic_errors(exc)}")
-        return CheckResult(True, self.name)
+                return f"JSON does not match {name}: {_pydantic_errors(exc)}"
+        return None
 
     def __repr__(self) -> str:
         return f"JsonOutput(schema={self._schema!r})"
 
 
 class MaxLength:
-    """The output's text has at most ``chars`` characters."""
+    """Every choice's text, and every tool call's arguments (JSON text), has at most ``chars``
+    characters."""
 
     name = "max_length"
 
@@ -116,9 +131,12 @@ class MaxLength:
         self.chars = chars
 
     def __call__(self, output: ModelOutput) -> CheckResult:
-        length = len(output.text)
-        if length > self.chars:
-            return CheckResult(False, self.name, f"{length} characters, more than {self.chars}")
+        many = len(output.texts) + len(output.tool_calls) > 1
+        for where, text in output.parts():
+            if " name" in where or len(text) <= self.chars:
+                continue
+            message = f"{len(text)} characters, more than {self.chars}"
+            return CheckResult(False, self.name, f"{where}: {message}" if many else message)
         return CheckResult(True, self.name)
 
     def __repr__(self) -> str:
@@ -126,7 +144,9 @@ class MaxLength:
 
 
 class Forbidden:
-    """The output's text matches none of ``regexes`` (``re.search``; ``flags`` for all of them)."""
+    """No part of the output matches any of ``regexes`` (``re.search``; ``flags`` for all of them):
+    every choice's text, every tool call's name and its arguments as JSON text (also with JSON's
+    ``\\u`` escapes decoded, so an escaped secret is still found)."""
 
     name = "forbidden"
 
@@ -144,10 +164,12 @@ class Forbidden:
         self.patterns = tuple(patterns)
 
     def __call__(self, output: ModelOutput) -> CheckResult:
-        text = output.text
-        for pattern in self.patterns:
-            if pattern.search(text) is not None:
-                return CheckResult(False, self.name, f"matches the forbidden pattern {pattern.pattern!r}")
+        parts = list(output.parts())
+        for where, text in parts:
+            for pattern in self.patterns:
+                if pattern.search(text) is not None:
+                    message = f"matches the forbidden pattern {pattern.pattern!r}"
+                    return CheckResult(False, self.name, f"{where} {message}" if len(parts) > 1 else message)
         return CheckResult(True, self.name)
 
     def __repr__(self) -> str:
