@@ -153,3 +153,6 @@ def redis_client(redis_url: str) -> Iterator[Any]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+from ..support.redis_cluster import _redis_cluster_session, redis_cluster  # noqa: E402, F401  (fixtures)
