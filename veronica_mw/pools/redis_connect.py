@@ -14,6 +14,7 @@ in; without it, construction raises :class:`~veronica_mw.MissingFrameworkError` 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -78,6 +79,7 @@ class RedisClients:
         self._seed: Any = None  # a client given by the user whose settings replacement clients copy
         self._wants_async = False  # the user gave an asyncio client: a replacement is asyncio too
         self._retired: list[Any] = []  # asyncio clients replaced after a MOVED, closed by aclose()
+        self._probes: dict[asyncio.AbstractEventLoop, asyncio.Task[bool]] = {}
         self.cluster = cluster
         if isinstance(url_or_client, RedisClients):
             other = url_or_client
@@ -135,7 +137,7 @@ class RedisClients:
         """Ask the URL's node whether it runs in cluster mode (blocking; once per process)."""
         redis = import_redis()
         probe = redis.Redis.from_url(
-            _without_db(self._url), socket_timeout=self._timeout, socket_connect_timeout=self._timeout
+            _without_db(str(self._url)), socket_timeout=self._timeout, socket_connect_timeout=self._timeout
         )
         try:
             return _cluster_enabled(probe.info("cluster"))
@@ -147,7 +149,7 @@ class RedisClients:
     async def _adetect(self) -> bool:
         redis = import_redis()
         probe = redis.asyncio.Redis.from_url(
-            _without_db(self._url), socket_timeout=self._timeout, socket_connect_timeout=self._timeout
+            _without_db(str(self._url)), socket_timeout=self._timeout, socket_connect_timeout=self._timeout
         )
         try:
             return _cluster_enabled(await probe.info("cluster"))
@@ -234,12 +236,15 @@ class RedisClients:
 
         options = self._options(Retry, cluster=True, asyncio=False)
         if _kind(client)[1]:  # an asyncio RedisCluster
-            nodes = [ClusterNode(n.host, n.port) for n in client.nodes_manager.startup_nodes.values()]
+            nodes = [
+                ClusterNode(n.host, n.port)  # type: ignore[no-untyped-call]
+                for n in client.nodes_manager.startup_nodes.values()
+            ]
             kwargs = client.connection_kwargs
             ssl = "SSL" in getattr(kwargs.get("connection_class"), "__name__", "")
         else:
             kwargs = client.connection_pool.connection_kwargs
-            nodes = [ClusterNode(kwargs["host"], kwargs["port"])]
+            nodes = [ClusterNode(kwargs["host"], kwargs["port"])]  # type: ignore[no-untyped-call]
             ssl = "SSL" in client.connection_pool.connection_class.__name__
         extra = {k: kwargs[k] for k in ("username", "password", *_SSL_KEYS) if kwargs.get(k) is not None}
         return RedisCluster(startup_nodes=nodes, ssl=ssl, **extra, **options)
@@ -255,9 +260,20 @@ class RedisClients:
         return self._build_async()
 
     async def aclient(self) -> Any:
-        """Like :meth:`asyncio_client`, detecting a URL's kind with an asyncio connection."""
+        """Like :meth:`asyncio_client`, detecting a URL's kind with an asyncio connection (once:
+        concurrent first requests wait for the one probe)."""
         if self._async is None and self._url is not None and self.cluster is None:
-            detected = await self._adetect()
+            loop = asyncio.get_running_loop()
+            with self._lock:
+                probe = self._probes.get(loop)
+                if probe is None:
+                    probe = self._probes[loop] = loop.create_task(self._adetect())
+            try:
+                detected = await asyncio.shield(probe)
+            finally:
+                with self._lock:
+                    if probe.done() and self._probes.get(loop) is probe:
+                        del self._probes[loop]  # a failed probe (Redis down) is retried next time
             with self._lock:
                 if self.cluster is None:
                     self.cluster = detected
