@@ -49,13 +49,25 @@ def test_url_to_any_node_is_detected_as_a_cluster(redis_cluster: LocalRedisClust
 
 
 @pytest.mark.anyio
-async def test_asyncio_url_is_detected_without_the_sync_client(redis_cluster: LocalRedisCluster) -> None:
+async def test_asyncio_detection_of_a_cluster_url(redis_cluster: LocalRedisCluster) -> None:
     clients = RedisClients(redis_cluster.url)
     try:
+        # Detected with an asyncio probe; a URL-built cluster is then driven by the sync client
+        # (in a thread on the asyncio path): redis-py's asyncio cluster client breaks under bursts.
+        assert await clients.aclient() is None
+        assert clients.cluster is True and clients._sync is None
+        _roundtrip(clients.sync(), "aurl")
+    finally:
+        await clients.aclose()
+
+
+@pytest.mark.anyio
+async def test_asyncio_standalone_url(redis_server: RedisServer) -> None:
+    clients = RedisClients(redis_server.url)
+    try:
         client = await clients.aclient()
-        assert isinstance(client, redis.asyncio.cluster.RedisCluster)
-        assert clients._sync is None
-        await _aroundtrip(client, "aurl")
+        assert type(client) is redis.asyncio.Redis and clients.cluster is False
+        await _aroundtrip(client, "astandalone")
     finally:
         await clients.aclose()
 

@@ -5,8 +5,9 @@ Accepted: a ``redis://``/``rediss://``/``unix://`` URL to a standalone Redis or 
 cluster, a ``redis.Redis``/``redis.cluster.RedisCluster`` or their ``redis.asyncio`` twins (or a
 :class:`RedisClients` to share). A URL's kind is detected on first connect (``INFO cluster``), or
 forced with ``cluster=True``/``False``; a ``MOVED`` reply seen by a standalone client switches it to
-cluster mode (so a cluster URL never becomes a permanent outage). When only one flavour of client is
-given, the other is built to the same server(s).
+cluster mode (so a cluster URL never becomes a permanent outage). When only an asyncio client is
+given, a sync twin is built to the same server(s). A cluster reached through a URL (or a plain
+client that got MOVED) has no asyncio client: callers run the sync RedisCluster in a thread.
 
 redis-py is imported only when a client is first needed, so ``import veronica_mw`` never pulls it
 in; without it, construction raises :class:`~veronica_mw.MissingFrameworkError` with the hint.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from typing import Any
 
 from ..kernel.exceptions import MissingFrameworkError
@@ -77,9 +79,11 @@ class RedisClients:
         self._async: Any = None
         self._owns_sync = self._owns_async = False
         self._seed: Any = None  # a client given by the user whose settings replacement clients copy
-        self._wants_async = False  # the user gave an asyncio client: a replacement is asyncio too
         self._retired: list[Any] = []  # asyncio clients replaced after a MOVED, closed by aclose()
         self._probes: dict[asyncio.AbstractEventLoop, asyncio.Task[bool]] = {}
+        self._limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
         self.cluster = cluster
         if isinstance(url_or_client, RedisClients):
             other = url_or_client
@@ -90,7 +94,7 @@ class RedisClients:
                 other._async,
                 other.cluster,
             )
-            self._seed, self._wants_async = other._seed, other._wants_async
+            self._seed = other._seed
         elif isinstance(url_or_client, str):
             if not url_or_client.startswith(_SCHEMES):
                 raise ValueError("Redis URL must start with redis://, rediss:// or unix://")
@@ -104,7 +108,6 @@ class RedisClients:
             if not is_async:
                 raise TypeError("async_client must be a redis.asyncio client")
             self._async = async_client
-        self._wants_async = self._wants_async or (self._async is not None and self._url is None)
         if self.cluster is None and self._url is None:
             given = self._sync if self._sync is not None else self._async
             self.cluster = _kind(given)[1]
@@ -125,7 +128,7 @@ class RedisClients:
         if self.cluster is False and is_cluster:
             raise ValueError("cluster=False but the client given is a RedisCluster")
         if self.cluster and not is_cluster:  # forced: cluster clients to the node this one talks to
-            self._seed, self._wants_async = client, is_async
+            self._seed = client
         elif is_async:
             self._async = client
         else:
@@ -181,7 +184,7 @@ class RedisClients:
 
     # -- clients -----------------------------------------------------------------------------------
 
-    def _options(self, retry_cls: Any, *, cluster: bool, asyncio: bool) -> dict[str, Any]:
+    def _options(self, retry_cls: Any, *, cluster: bool) -> dict[str, Any]:
         from redis.backoff import NoBackoff
 
         options: dict[str, Any] = {
@@ -194,9 +197,22 @@ class RedisClients:
             # instead of failing with "Too many connections", which would read as an outage.
             options["max_connections"] = self._max
             options["timeout"] = max(5.0, self._timeout)
-        elif not asyncio:
+        else:
             options["max_connections"] = self._max
         return options
+
+    def limiter(self) -> asyncio.Semaphore | None:
+        """For an asyncio cluster client: a semaphore (one per event loop) of ``max_connections``
+        commands at once. Its connection pools do not wait for a free connection, they raise
+        MaxConnectionsError, which a burst of requests must not turn into an "outage"."""
+        if not self.cluster:
+            return None
+        loop = asyncio.get_running_loop()
+        limiter = self._limiters.get(loop)
+        if limiter is None:
+            with self._lock:
+                limiter = self._limiters.setdefault(loop, asyncio.Semaphore(self._max))
+        return limiter
 
     def sync(self) -> Any:
         """The sync client (built on first use; detection may connect once)."""
@@ -214,7 +230,7 @@ class RedisClients:
                 from redis.retry import Retry
 
                 cluster = bool(self.cluster)
-                options = self._options(Retry, cluster=cluster, asyncio=False)
+                options = self._options(Retry, cluster=cluster)
                 if self._url is not None and cluster:
                     self._sync = redis.cluster.RedisCluster.from_url(_cluster_url(self._url), **options)
                 elif self._url is not None:
@@ -234,7 +250,7 @@ class RedisClients:
         from redis.cluster import ClusterNode, RedisCluster
         from redis.retry import Retry
 
-        options = self._options(Retry, cluster=True, asyncio=False)
+        options = self._options(Retry, cluster=True)
         if _kind(client)[1]:  # an asyncio RedisCluster
             nodes = [
                 ClusterNode(n.host, n.port)  # type: ignore[no-untyped-call]
@@ -280,31 +296,20 @@ class RedisClients:
         return self._build_async()
 
     def _build_async(self) -> Any:
-        if self._async is not None or (
-            self._url is None and not (self._seed is not None and self._wants_async)
-        ):
+        # A cluster reached through a URL is driven by the sync RedisCluster, in a worker thread on
+        # the asyncio path: redis-py's asyncio cluster client fails in-flight commands (a closed
+        # writer) when many requests open connections at once, which would read as an outage.
+        if self._async is not None or self._url is None or self.cluster:
             return self._async
         redis = import_redis()
         with self._lock:
             if self._async is None:
                 from redis.asyncio.retry import Retry
 
-                options = self._options(Retry, cluster=bool(self.cluster), asyncio=True)
-                if self._url is None:  # the user's standalone asyncio client got MOVED
-                    kwargs = self._seed.connection_pool.connection_kwargs
-                    keep = ("username", "password", *_SSL_KEYS)
-                    extra = {k: kwargs[k] for k in keep if kwargs.get(k) is not None}
-                    ssl = "SSL" in self._seed.connection_pool.connection_class.__name__
-                    self._async = redis.asyncio.cluster.RedisCluster(
-                        host=kwargs["host"], port=kwargs["port"], ssl=ssl, **extra, **options
-                    )
-                elif self.cluster:
-                    self._async = redis.asyncio.cluster.RedisCluster.from_url(
-                        _cluster_url(self._url), **options
-                    )
-                else:
-                    pool = redis.asyncio.BlockingConnectionPool.from_url(self._url, **options)
-                    self._async = redis.asyncio.Redis.from_pool(pool)
+                pool = redis.asyncio.BlockingConnectionPool.from_url(
+                    self._url, **self._options(Retry, cluster=False)
+                )
+                self._async = redis.asyncio.Redis.from_pool(pool)
                 self._owns_async = True
         return self._async
 
