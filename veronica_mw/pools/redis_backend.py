@@ -8,7 +8,10 @@ only when needed, so ``import veronica_mw`` never pulls it in.
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import re
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,7 +83,9 @@ class RedisBudgetBackend:
             max_connections=max_connections,
         )
         self._scripts: dict[str, Any] = {}
-        self._ascripts: dict[str, Any] = {}
+        self._loads: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Task[Any]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def close(self) -> None:
         """Close the connections this backend opened (sync client)."""
@@ -132,7 +137,12 @@ class RedisBudgetBackend:
                 client = await self.clients.aclient()
                 if client is None:  # only sync clients: run them in a thread
                     return await asyncio.to_thread(self._run, name, source, keys, args)
-                reply = await script_for(self._ascripts, name, source, client)(keys=keys, args=args)
+                limiter = self.clients.limiter()
+                if limiter is None:
+                    reply = await self._aeval(client, name, source, keys, args)
+                else:
+                    async with limiter:
+                        reply = await self._aeval(client, name, source, keys, args)
             except redis.exceptions.MovedError as exc:
                 if attempt == 1 and self.clients.moved():
                     continue
@@ -141,8 +151,32 @@ class RedisBudgetBackend:
                 raise classify(exc, self.clients.cluster) from exc
             except ValueError as exc:
                 raise BackendUnavailable(str(exc)) from exc
+            except Exception as exc:
+                if not self.clients.cluster:
+                    raise
+                # redis-py's asyncio cluster client can fail in-flight commands with internal
+                # errors while it rebuilds its topology: that is an outage of those keys' node.
+                raise BackendUnavailable(f"{type(exc).__name__}: {exc}", key_scoped=True) from exc
             return _check(reply)
         raise AssertionError("unreachable")
+
+    async def _aeval(
+        self, client: Any, name: str, source: str, keys: Sequence[str], args: Sequence[str]
+    ) -> Any:
+        """EVALSHA; on NOSCRIPT (a new or promoted master) load the script once for all the
+        concurrent callers, then run it again. redis-py's own per-call reload, done by dozens of
+        requests at once on a cluster client, breaks connections that other requests are using."""
+        sha = _sha(source)
+        try:
+            return await client.evalsha(sha, len(keys), *keys, *args)
+        except import_redis().exceptions.NoScriptError:
+            loop = asyncio.get_running_loop()
+            loads = self._loads.setdefault(loop, {})
+            load = loads.get(name)
+            if load is None or load.done():
+                load = loads[name] = loop.create_task(client.script_load(source))
+            await asyncio.shield(load)
+            return await client.evalsha(sha, len(keys), *keys, *args)
 
     def state(self, op: Op) -> BucketState:
         return _state(self._run("state", STATE, self._keys(op), self._args(op)))
@@ -176,6 +210,11 @@ class RedisBudgetBackend:
 
     def reset(self, op: Op) -> None:
         self._run("reset", RESET, self._keys(op), self._args(op))
+
+
+@functools.lru_cache(maxsize=32)
+def _sha(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()
 
 
 def _check(reply: Any) -> list[int]:
