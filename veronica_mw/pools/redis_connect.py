@@ -21,16 +21,16 @@ import weakref
 from typing import Any
 
 from ..kernel.exceptions import MissingFrameworkError
+from ._redis_derive import (
+    client_kind,
+    cluster_enabled,
+    cluster_from,
+    cluster_url,
+    standalone_kwargs,
+    without_db,
+)
 
 _SCHEMES = ("redis://", "rediss://", "unix://")
-_SSL_KEYS = (
-    "ssl_keyfile",
-    "ssl_certfile",
-    "ssl_cert_reqs",
-    "ssl_ca_certs",
-    "ssl_ca_data",
-    "ssl_check_hostname",
-)
 
 
 def import_redis() -> Any:
@@ -42,12 +42,6 @@ def import_redis() -> Any:
             "redis-py", "redis", exc, module="veronica_mw.RedisBudgetBackend"
         ) from exc
     return redis
-
-
-def _kind(client: Any) -> tuple[bool, bool]:
-    """(is it asyncio, is it a cluster client) for a redis-py client, by its class."""
-    module = type(client).__module__
-    return module.startswith("redis.asyncio"), "cluster" in module.rsplit(".", 1)[-1]
 
 
 class RedisClients:
@@ -110,7 +104,7 @@ class RedisClients:
             self._async = async_client
         if self.cluster is None and self._url is None:
             given = self._sync if self._sync is not None else self._async
-            self.cluster = _kind(given)[1]
+            self.cluster = client_kind(given)[1]
 
     @staticmethod
     def _check_client(client: Any) -> tuple[bool, bool]:
@@ -121,7 +115,7 @@ class RedisClients:
                 "expected a Redis URL, a redis-py client (redis.Redis, redis.cluster.RedisCluster or their "
                 f"redis.asyncio twins) or RedisClients, got {type(client).__name__}"
             )
-        return _kind(client)
+        return client_kind(client)
 
     def _adopt(self, client: Any) -> None:
         is_async, is_cluster = self._check_client(client)
@@ -140,10 +134,10 @@ class RedisClients:
         """Ask the URL's node whether it runs in cluster mode (blocking; once per process)."""
         redis = import_redis()
         probe = redis.Redis.from_url(
-            _without_db(str(self._url)), socket_timeout=self._timeout, socket_connect_timeout=self._timeout
+            without_db(str(self._url)), socket_timeout=self._timeout, socket_connect_timeout=self._timeout
         )
         try:
-            return _cluster_enabled(probe.info("cluster"))
+            return cluster_enabled(probe.info("cluster"))
         except redis.ResponseError:  # INFO renamed or forbidden: standalone until a MOVED says otherwise
             return False
         finally:
@@ -152,10 +146,10 @@ class RedisClients:
     async def _adetect(self) -> bool:
         redis = import_redis()
         probe = redis.asyncio.Redis.from_url(
-            _without_db(str(self._url)), socket_timeout=self._timeout, socket_connect_timeout=self._timeout
+            without_db(str(self._url)), socket_timeout=self._timeout, socket_connect_timeout=self._timeout
         )
         try:
-            return _cluster_enabled(await probe.info("cluster"))
+            return cluster_enabled(await probe.info("cluster"))
         except redis.ResponseError:
             return False
         finally:
@@ -232,38 +226,22 @@ class RedisClients:
                 cluster = bool(self.cluster)
                 options = self._options(Retry, cluster=cluster)
                 if self._url is not None and cluster:
-                    self._sync = redis.cluster.RedisCluster.from_url(_cluster_url(self._url), **options)
+                    self._sync = redis.cluster.RedisCluster.from_url(cluster_url(self._url), **options)
                 elif self._url is not None:
                     pool = redis.BlockingConnectionPool.from_url(self._url, **options)
                     self._sync = redis.Redis.from_pool(pool)  # from_pool: close() closes the pool too
                 elif cluster:
                     self._sync = self._cluster_from(self._seed or self._async)
                 else:
-                    pool = redis.BlockingConnectionPool(**_standalone_kwargs(self._async), **options)
+                    pool = redis.BlockingConnectionPool(**standalone_kwargs(self._async), **options)
                     self._sync = redis.Redis.from_pool(pool)
                 self._owns_sync = True
             return self._sync
 
     def _cluster_from(self, client: Any) -> Any:
-        """A sync RedisCluster to the server(s) ``client`` talks to (a standalone client that got
-        MOVED, or an asyncio RedisCluster given alone)."""
-        from redis.cluster import ClusterNode, RedisCluster
         from redis.retry import Retry
 
-        options = self._options(Retry, cluster=True)
-        if _kind(client)[1]:  # an asyncio RedisCluster
-            nodes = [
-                ClusterNode(n.host, n.port)  # type: ignore[no-untyped-call]
-                for n in client.nodes_manager.startup_nodes.values()
-            ]
-            kwargs = client.connection_kwargs
-            ssl = "SSL" in getattr(kwargs.get("connection_class"), "__name__", "")
-        else:
-            kwargs = client.connection_pool.connection_kwargs
-            nodes = [ClusterNode(kwargs["host"], kwargs["port"])]  # type: ignore[no-untyped-call]
-            ssl = "SSL" in client.connection_pool.connection_class.__name__
-        extra = {k: kwargs[k] for k in ("username", "password", *_SSL_KEYS) if kwargs.get(k) is not None}
-        return RedisCluster(startup_nodes=nodes, ssl=ssl, **extra, **options)
+        return cluster_from(client, self._options(Retry, cluster=True))
 
     def asyncio_client(self) -> Any:
         """The asyncio client, or None when only a sync client was given (callers use a thread).
@@ -348,41 +326,3 @@ def redis_clients(
         url_or_client, async_client=async_client, cluster=cluster, socket_timeout=socket_timeout
     )
     return clients.sync(), clients.asyncio_client()
-
-
-def _cluster_enabled(info: Any) -> bool:
-    return bool(int(info.get("cluster_enabled", 0))) if isinstance(info, dict) else False
-
-
-def _without_db(url: str) -> str:
-    # The probe must not SELECT: a cluster node refuses SELECT n > 0, which would read as "standalone".
-    if url.startswith("unix://"):
-        return url
-    scheme, rest = url.split("://", 1)
-    address, _, query = rest.partition("?")
-    return f"{scheme}://{address.split('/', 1)[0]}" + (f"?{query}" if query else "")
-
-
-def _cluster_url(url: str) -> str:
-    # A cluster has only db 0: say so instead of redis-py's RedisClusterException at first use.
-    path = url.split("://", 1)[1].split("?", 1)[0]
-    db = path.split("/", 1)[1] if "/" in path else ""
-    if db not in ("", "0"):
-        raise ValueError(f"a Redis Cluster has only database 0; drop '/{db}' from the URL")
-    return url
-
-
-def _standalone_kwargs(client: Any) -> dict[str, Any]:
-    # Only an asyncio client was given: connect the sync one to the same server. Exotic setups
-    # (sentinels, custom connection classes) should pass both clients explicitly.
-    import redis
-
-    kwargs = client.connection_pool.connection_kwargs
-    keys = ("host", "port", "db", "username", "password", "path", *_SSL_KEYS)
-    derived: dict[str, Any] = {k: kwargs[k] for k in keys if k in kwargs}
-    kind = client.connection_pool.connection_class.__name__
-    if "path" in derived:
-        derived["connection_class"] = redis.UnixDomainSocketConnection
-    elif "SSL" in kind:
-        derived["connection_class"] = redis.SSLConnection
-    return derived
