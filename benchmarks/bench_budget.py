@@ -12,6 +12,8 @@
    read: ``redis_pool_vs_local_pool`` (target >= 0.7) and ``redis_pool_lease_vs_local_pool``.
 
 Without ``--redis-url`` a private ``redis-server`` is started on a free port (the binary must exist).
+``--cluster`` adds ``cluster_pool`` and ``cluster_pool_lease``: the same app on a private 6-node Redis
+Cluster (3 masters + 3 replicas, tests/support/redis_cluster.py) given as a plain URL to one node.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import inspect
 import json
 import multiprocessing
 import os
+import pathlib
 import platform
 import shutil
 import socket
@@ -118,7 +121,8 @@ def make_app() -> Any:
     pool = None
     if mode != "middleware":
         url = os.environ.get("BENCH_REDIS_URL") if mode.startswith("redis_pool") else None
-        lease: dict[str, float] = {"lease_usd": 0.5} if mode == "redis_pool_lease" else {}
+        url = os.environ.get("BENCH_CLUSTER_URL") if mode.startswith("cluster_pool") else url
+        lease: dict[str, float] = {"lease_usd": 0.5} if mode.endswith("_pool_lease") else {}
         pool = BudgetPool(
             1e6,
             window_s="day",
@@ -190,10 +194,11 @@ async def _drive(url: str, seconds: float, concurrency: int) -> int:
 class Server:
     """One single-worker uvicorn process serving :func:`make_app` in ``mode``."""
 
-    def __init__(self, mode: str, redis_url: str, probe: bool = False) -> None:
+    def __init__(self, mode: str, redis_url: str, probe: bool = False, cluster_url: str = "") -> None:
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         env = {**os.environ, "BENCH_MODE": mode, "BENCH_REDIS_URL": redis_url}
+        env["BENCH_CLUSTER_URL"] = cluster_url
         if probe:
             env["BENCH_PROBE"] = "1"
         args = [
@@ -268,6 +273,7 @@ def main() -> None:
     parser.add_argument("--redis-url", default=None)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--http-only", action="store_true", help="skip the round-trips figures")
+    parser.add_argument("--cluster", action="store_true", help="also on a private 6-node Redis Cluster")
     opts = parser.parse_args()
     seconds = 0.5 if opts.quick else 2.0
     rounds = 1 if opts.quick else opts.rounds
@@ -281,7 +287,16 @@ def main() -> None:
         modes = ["bare", "middleware", "local_pool", "redis_pool"]
         if "lease_usd" in inspect.signature(BudgetPool).parameters:
             modes.append("redis_pool_lease")
-        servers = {mode: Server(mode, redis_url) for mode in modes}
+        cluster = None
+        if opts.cluster:
+            sys.path.insert(0, os.path.dirname(HERE))
+            from tests.support.redis_cluster import LocalRedisCluster
+
+            cluster = LocalRedisCluster(pathlib.Path(tmp) / "cluster")
+            cluster.start()
+            modes += ["cluster_pool", "cluster_pool_lease"]
+        cluster_url = cluster.url if cluster is not None else ""
+        servers = {mode: Server(mode, redis_url, cluster_url=cluster_url) for mode in modes}
         try:
             for _ in range(rounds):  # interleaved, best of: background load hits every figure alike
                 for name, url, procs in (
@@ -304,6 +319,8 @@ def main() -> None:
             if redis_proc is not None:
                 redis_proc.terminate()
                 redis_proc.wait(10)
+            if cluster is not None:
+                cluster.stop()
     result: dict[str, Any] = {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -316,6 +333,11 @@ def main() -> None:
     }
     if "redis_pool_lease" in rps:
         result["redis_pool_lease_vs_local_pool"] = round(rps["redis_pool_lease"] / rps["local_pool"], 3)
+    if "cluster_pool" in rps:
+        result["cluster_pool_vs_redis_pool"] = round(rps["cluster_pool"] / rps["redis_pool"], 3)
+        result["cluster_pool_lease_vs_redis_pool_lease"] = round(
+            rps["cluster_pool_lease"] / rps["redis_pool_lease"], 3
+        )
     if FAILED:
         result["non_200_responses"] = dict(FAILED)
     print(json.dumps(result, indent=2))

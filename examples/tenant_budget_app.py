@@ -5,6 +5,9 @@ Run it from the repository root (one Redis, four workers)::
 
     VERONICA_REDIS_URL=redis://127.0.0.1:6379/0 uvicorn examples.tenant_budget_app:app --workers 4
 
+``VERONICA_REDIS_URL`` may name any node of a Redis Cluster just as well (``redis://node-a:7000``,
+``rediss://`` for TLS): the kind of server is detected on first connect.
+
 then::
 
     curl -i -X POST -H 'X-API-Key: acme' 'http://127.0.0.1:8000/chat?q=hello'
@@ -13,7 +16,9 @@ then::
 
 Without ``VERONICA_REDIS_URL`` the pool is in-process (fine for one worker). Settings (environment):
 ``TENANT_LIMIT_USD`` (default 5.00), ``TENANT_WINDOW`` (seconds, or minute/hour/day/week/month;
-default day), ``TENANT_ON_BACKEND_ERROR`` (deny | local; default deny), ``CALL_COST_USD`` (0.03).
+default day), ``TENANT_ON_BACKEND_ERROR`` (deny | local; default deny), ``CALL_COST_USD`` (0.03),
+``TENANT_LEASE_USD`` (each worker leases this slice per tenant; default: no lease),
+``TENANT_POOL`` (the pool's name in Redis; default ``default``).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ def api_key(scope: dict[str, Any]) -> str | None:
 
 
 backend = RedisBudgetBackend(REDIS_URL) if REDIS_URL else None
+_lease = os.environ.get("TENANT_LEASE_USD")
 pool = BudgetPool(
     float(os.environ.get("TENANT_LIMIT_USD", "5.00")),
     window_s=window,
@@ -54,6 +60,8 @@ pool = BudgetPool(
     backend=backend,
     on_backend_error=os.environ.get("TENANT_ON_BACKEND_ERROR", "deny"),
     rate_limit_headers=True,
+    name=os.environ.get("TENANT_POOL", "default"),
+    lease_usd=float(_lease) if _lease else None,
 )
 
 
@@ -66,6 +74,7 @@ async def fake_model(prompt: str) -> dict[str, Any]:
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
+    await pool.aflush()  # book leased spend and hand back unused slices before the worker exits
     if backend is not None:
         await backend.aclose()  # close the Redis connections this worker opened
 

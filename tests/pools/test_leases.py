@@ -252,4 +252,3 @@ def test_invalid_lease_configuration() -> None:
         BudgetPool(1.0, window_s=60, key_func=str, lease_usd=-1.0)
     with pytest.raises(ValueError):
         BudgetPool(1.0, window_s=60, key_func=str, lease_usd=0.1, lease_sync_s=0)
-

@@ -39,7 +39,15 @@ def to_nano(usd: float) -> int:
 
 
 class BackendUnavailable(Exception):
-    """The shared backend could not be reached or did not answer (the op may or may not have run)."""
+    """The shared backend could not be reached or did not answer (the op may or may not have run).
+
+    ``key_scoped``: the error concerns the operation's keys only (one cluster master, an ``OOM``
+    reply), so other tenants' buckets may still be served; otherwise the whole backend is down.
+    """
+
+    def __init__(self, message: str = "", *, key_scoped: bool = False) -> None:
+        super().__init__(message)
+        self.key_scoped = key_scoped
 
 
 class BackendCorrupted(Exception):

@@ -6,6 +6,11 @@ again (fail closed: nothing is ever spent that the shared count has not approved
 from the backend, so each process stays within the limit on its own (N processes: at most N times
 the remaining budget during the outage).
 
+What is down: an error that concerns one operation's keys (a Redis Cluster master that died or is
+being replaced, an ``OOM`` reply: ``BackendUnavailable.key_scoped``) marks only that tenant bucket
+down for ``retry_s``; other tenants, whose keys live elsewhere, keep being served. A standalone
+server that cannot be reached marks the whole backend down.
+
 Either way, spend that happened while the backend was away is never lost nor counted twice: commits
 of reservations held in the backend are queued and replayed with the idempotent settle script
 (keyed by reservation id), and spend booked locally is pushed with the idempotent absorb script
@@ -15,6 +20,7 @@ of reservations held in the backend are queued and replayed with the idempotent 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 import threading
@@ -80,8 +86,8 @@ class Failover:
         self.name = name
         self._lock = threading.Lock()
         self._down_until = 0.0
-        self._episode: LocalBudgetBackend | None = None
-        self._seeded: set[str] = set()
+        self._down_keys: dict[str, float] = {}  # bucket -> monotonic time until it is left alone
+        self._episodes: dict[str, LocalBudgetBackend] = {}  # bucket -> its fallback ("local")
         self._last: dict[str, BucketState] = {}
         self._settles: dict[str, tuple[Op, int]] = {}
         self._spend: dict[tuple[str, int], list[int]] = {}  # (bucket, window) -> [usd, steps]
@@ -89,7 +95,14 @@ class Failover:
 
     @property
     def down(self) -> bool:
+        """The whole backend is marked down (a key-scoped error marks only its bucket)."""
         return time.monotonic() < self._down_until
+
+    def is_down(self, bucket: str) -> bool:
+        if not (self._down_until or self._down_keys):  # the common case: nothing is down
+            return False
+        now = time.monotonic()
+        return now < self._down_until or now < self._down_keys.get(bucket, 0.0)
 
     @property
     def pending(self) -> bool:
@@ -98,36 +111,51 @@ class Failover:
     # -- calls through the shared backend ----------------------------------------------------------
 
     def _shared(self, op: Op, fn: Callable[[], T]) -> T:
-        if self.down:
+        if self.is_down(op.bucket):
             raise BackendUnavailable("backend marked unavailable")
         try:
             if self.pending:
                 self.replay(op)
             result = fn()
         except BackendUnavailable as exc:
-            self._mark_down(exc)
+            self._mark_down(exc, op.bucket)
             raise
-        self._mark_up()
+        self._mark_up(op.bucket)
         return result
 
-    def _mark_down(self, exc: BaseException) -> None:
+    def _mark_down(self, exc: BackendUnavailable, bucket: str) -> None:
+        until = time.monotonic() + self.retry_s
         with self._lock:
-            was_up = self._down_until == 0.0
-            self._down_until = time.monotonic() + self.retry_s
-        if was_up:
+            if exc.key_scoped:
+                first = not self._down_keys and not self._down_until
+                self._down_keys[bucket] = until
+            else:
+                first = self._down_until == 0.0
+                self._down_until = until
+        if first:
+            what = "tenants whose keys are on the failing node" if exc.key_scoped else "its backend"
             logger.warning(
-                "veronica_mw: budget pool %r lost its backend (%s); on_backend_error=%r",
+                "veronica_mw: budget pool %r lost %s (%s); on_backend_error=%r",
                 self.name,
+                what,
                 exc,
                 self.mode,
             )
 
-    def _mark_up(self) -> None:
-        if self._down_until:
-            with self._lock:
+    def _mark_up(self, bucket: str) -> None:
+        if not (self._down_until or self._down_keys):
+            return
+        with self._lock:
+            was_down = bool(self._down_until or self._down_keys)
+            if self._down_until:  # the server answered: all of it is back
                 self._down_until = 0.0
-                self._episode = None
-                self._seeded = set()
+                self._down_keys.clear()
+                self._episodes.clear()
+            elif bucket in self._down_keys:
+                del self._down_keys[bucket]
+                self._episodes.pop(bucket, None)
+            back = was_down and not (self._down_until or self._down_keys)
+        if back:
             logger.warning("veronica_mw: budget pool %r backend is back; outage spend reconciled", self.name)
 
     def _remember(self, bucket: str, state: BucketState) -> BucketState:
@@ -138,13 +166,11 @@ class Failover:
 
     def _local(self, op: Op) -> LocalBudgetBackend:
         with self._lock:
-            local = self._episode
+            local = self._episodes.get(op.bucket)
             if local is None:
-                local = self._episode = LocalBudgetBackend()
-            if op.bucket not in self._seeded:
+                local = self._episodes[op.bucket] = LocalBudgetBackend()
                 # Start from what the shared backend last said (reservations counted as spent):
                 # this process then cannot spend more than was left when contact was lost.
-                self._seeded.add(op.bucket)
                 last = self._last.get(op.bucket)
                 if last is not None:
                     local.absorb(op, last.win, "seed:" + op.bucket, last.spent + last.reserved, last.steps)
@@ -188,7 +214,7 @@ class Failover:
             return self._fallback_state(op)
 
     async def astate(self, op: Op) -> Outcome:
-        if self.down:
+        if self.is_down(op.bucket):
             return self._fallback_state(op)
         try:
             if self.pending:
@@ -197,9 +223,9 @@ class Failover:
         except BackendCorrupted as exc:
             return self._corrupt(op, exc)
         except BackendUnavailable as exc:
-            self._mark_down(exc)
+            self._mark_down(exc, op.bucket)
             return self._fallback_state(op)
-        self._mark_up()
+        self._mark_up(op.bucket)
         return Outcome(self._remember(op.bucket, state), "backend")
 
     def _fallback_state(self, op: Op) -> Outcome:
@@ -228,7 +254,7 @@ class Failover:
 
     async def areserve(self, op: Op, res_id: str, amount: int, limit: int, limit_steps: int) -> Outcome:
         """Like :meth:`reserve`, awaiting the backend (``redis.asyncio``) instead of blocking."""
-        if self.down:
+        if self.is_down(op.bucket):
             return self._fallback_reserve(op, res_id, amount, limit, limit_steps)
         try:
             if self.pending:  # catching up after an outage: rare, so a thread is fine
@@ -237,9 +263,9 @@ class Failover:
         except BackendCorrupted as exc:
             return self._corrupt(op, exc)
         except BackendUnavailable as exc:
-            self._mark_down(exc)
+            self._mark_down(exc, op.bucket)
             return self._fallback_reserve(op, res_id, amount, limit, limit_steps)
-        self._mark_up()
+        self._mark_up(op.bucket)
         return Outcome(self._remember(op.bucket, state), "backend")
 
     def _fallback_reserve(self, op: Op, res_id: str, amount: int, limit: int, limit_steps: int) -> Outcome:
@@ -255,7 +281,7 @@ class Failover:
         if local is not None:
             if local.settle(op, res_id, actual):
                 self._add_spend(op, actual, 0)
-            if not self.down:
+            if not self.is_down(op.bucket):
                 self._try_replay(op)
             return
         try:
@@ -273,7 +299,7 @@ class Failover:
             if local.settle(op, res_id, actual):
                 self._add_spend(op, actual, 0)  # schedules the push to the shared backend
             return
-        if not self.down:
+        if not self.is_down(op.bucket):
             try:
                 if self.pending:
                     await asyncio.to_thread(self.replay, op)
@@ -282,9 +308,9 @@ class Failover:
                 self._corrupt(op, exc)
                 return
             except BackendUnavailable as exc:
-                self._mark_down(exc)
+                self._mark_down(exc, op.bucket)
             else:
-                self._mark_up()
+                self._mark_up(op.bucket)
                 return
         with self._lock:
             self._settles[res_id] = (op, actual)
@@ -309,7 +335,7 @@ class Failover:
         return reply  # type: ignore[no-any-return]
 
     async def alease(self, op: Op, sync: LeaseSync, limit: int) -> LeaseReply | None:
-        if self.down:
+        if self.is_down(op.bucket):
             return None
         try:
             if self.pending:
@@ -319,9 +345,9 @@ class Failover:
             self._corrupt(op, exc)
             return None
         except BackendUnavailable as exc:
-            self._mark_down(exc)
+            self._mark_down(exc, op.bucket)
             return None
-        self._mark_up()
+        self._mark_up(op.bucket)
         self._remember(op.bucket, reply.state)
         return reply
 
@@ -339,7 +365,8 @@ class Failover:
         """Push everything queued during an outage; raises BackendUnavailable if it is still down.
 
         Each item is removed only after the backend confirmed it; a retried item is harmless
-        (settle is keyed by reservation id, absorb by batch token).
+        (settle is keyed by reservation id, absorb by batch token). Items of a bucket whose keys'
+        node is down stay queued (and are skipped until it is retried); the rest goes through.
         """
         with self._lock:
             settles = list(self._settles.items())
@@ -349,17 +376,28 @@ class Failover:
             self._spend.clear()
             batches = list(self._batches.items())
         for res_id, (settle_op, actual) in settles:
-            try:
-                self.backend.settle(settle_op, res_id, actual)
-            except BackendCorrupted as exc:
-                self._corrupt(settle_op, exc)
-            with self._lock:
-                self._settles.pop(res_id, None)
+            if self._replayed(settle_op, functools.partial(self.backend.settle, settle_op, res_id, actual)):
+                with self._lock:
+                    self._settles.pop(res_id, None)
         for token, (bucket, win, usd, steps) in batches:
             current = Op(bucket, op.win, op.now_ms, op.key_ttl_ms, op.reservation_ttl_ms)
-            try:
-                self.backend.absorb(current, win, token, usd, steps)
-            except BackendCorrupted as exc:
-                self._corrupt(current, exc)
-            with self._lock:
-                self._batches.pop(token, None)
+            if self._replayed(
+                current, functools.partial(self.backend.absorb, current, win, token, usd, steps)
+            ):
+                with self._lock:
+                    self._batches.pop(token, None)
+
+    def _replayed(self, op: Op, fn: Callable[[], object]) -> bool:
+        """Run one queued item: True once it is done with (applied, or its state is corrupted)."""
+        if self.is_down(op.bucket):
+            return False
+        try:
+            fn()
+        except BackendCorrupted as exc:
+            self._corrupt(op, exc)
+        except BackendUnavailable as exc:
+            if not exc.key_scoped:
+                raise
+            self._mark_down(exc, op.bucket)
+            return False
+        return True

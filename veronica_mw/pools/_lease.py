@@ -116,14 +116,27 @@ class Lease:
         for loop, waiter in waiters:
             loop.call_soon_threadsafe(_wake, waiter)
 
-    def plan(self, ask: int, extra: int, shrink: bool) -> tuple[LeaseSync, bool]:
-        """The next sync to send (the caller holds the sync slot): (sync, is it a re-send)."""
+    def plan(self, ask: int, size: int, shrink: bool) -> tuple[LeaseSync, bool]:
+        """The next sync to send (the caller holds the sync slot): (sync, is it a re-send).
+
+        The hold is topped up to ``size`` (the lease), never past it: what is kept unspent is at
+        most ``size`` and the slice asked is only what is missing, so however many periodic syncs
+        a long-lived lease makes, it holds at most ``size`` + the running calls' reservations +
+        the one ``ask`` (reserved for its caller at once)."""
         with self.lock:
             if self.unsure is not None:
                 return self.unsure, True
             self.seq += 1
             inflight = self.inflight
-            keep = inflight if shrink else max(inflight, self.held - self.spent)
+            if shrink:
+                keep, extra = inflight, 0
+            elif ask >= 0:
+                # A call needs more than is left: hand the unspent fragment back and ask afresh,
+                # so a leftover smaller than the call cannot block the window's last cents.
+                keep, extra = inflight, max(0, size - inflight)
+            else:
+                keep = max(inflight, min(self.held - self.spent, max(size, inflight)))
+                extra = max(0, size - keep)
             sync = LeaseSync(self.lease_id, self.seq, self.spent, self.steps, inflight, keep, ask, extra)
             self.unsure = sync
             self.shrinking = shrink

@@ -79,7 +79,7 @@ class Leases:
                 if take and ask >= 0 and current.take(ask):  # another sync made room meanwhile
                     return current, None
                 while True:
-                    sync, resent = current.plan(ask, 0 if shrink else self.size, shrink)
+                    sync, resent = current.plan(ask, self.size, shrink)
                     reply = self._failover.lease(self._op(current), sync, self._limit)
                     if reply is None:
                         return None, None

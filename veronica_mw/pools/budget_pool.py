@@ -32,7 +32,7 @@ from ._backend import (
     WindowSpec,
     to_nano,
 )
-from ._failover import Failover
+from ._failover import Failover, Outcome
 from ._leases import Leases
 from ._tenant_ledger import TenantLedger
 
@@ -291,7 +291,11 @@ class BudgetPool:
     def usage(self, key: str) -> PoolUsage:
         """The tenant's current window (reclaims expired reservations on the way)."""
         op, now, end = self._op(self.hash_key(key))
-        outcome = self._failover.state(op)
+        try:
+            outcome = self._failover.state(op)
+        except Exception:  # an operator view never raises for a broken client: it says "down"
+            logger.exception("veronica_mw: budget pool %r: usage(%r) failed", self.name, key)
+            outcome = Outcome(None, "down")
         s = outcome.state or BucketState(False, op.win, 0, 0, 0)
         return PoolUsage(
             s.spent / NANO,

@@ -18,7 +18,8 @@ from typing import Any
 from ..kernel.circuit_breaker import CircuitBreaker, CircuitState
 from ..kernel.policy import PolicyContext, PolicyDecision
 from ._backend import BackendUnavailable
-from .redis_backend import RedisBudgetBackend, RedisClients, check_namespace, classify
+from .redis_backend import RedisBudgetBackend, RedisClients, check_namespace, classify, script_for
+from .redis_connect import import_redis
 
 logger = logging.getLogger("veronica_mw")
 
@@ -82,12 +83,15 @@ class DistributedCircuitBreaker(CircuitBreaker):
     """CLOSED → OPEN after ``failure_threshold`` consecutive failures (counted across processes);
     OPEN denies for ``recovery_timeout`` s; HALF_OPEN admits one probe in total across processes.
 
-    ``url_or_client``: a ``redis://`` URL, a sync ``redis.Redis``, or a
-    :class:`~veronica_mw.RedisBudgetBackend` whose connection to share. ``clock`` is wall time
-    (seconds): processes on several machines compare timestamps, so keep their clocks in sync (NTP).
+    ``url_or_client``: a ``redis://``/``rediss://`` URL (standalone, or any node of a Redis
+    Cluster: detected, or forced with ``cluster=True``), a ``redis.Redis``/``RedisCluster`` (or an
+    asyncio one, whose settings a sync twin copies), or a :class:`~veronica_mw.RedisBudgetBackend`
+    whose connection to share. The breaker's state is one key, so it lives on one cluster master.
+    ``clock`` is wall time (seconds): processes on several machines compare timestamps, so keep
+    their clocks in sync (NTP).
     """
 
-    __slots__ = ("name", "on_backend_error", "backend_retry_s", "_clients", "_key", "_script", "_down_until")
+    __slots__ = ("name", "on_backend_error", "backend_retry_s", "_clients", "_key", "_scripts", "_down_until")
 
     def __init__(
         self,
@@ -101,6 +105,7 @@ class DistributedCircuitBreaker(CircuitBreaker):
         backend_retry_s: float = 1.0,
         socket_timeout: float = 1.0,
         clock: Callable[[], float] = time.time,
+        cluster: bool | None = None,
     ) -> None:
         super().__init__(failure_threshold, recovery_timeout, clock=clock)
         if on_backend_error not in ("deny", "local"):
@@ -110,9 +115,9 @@ class DistributedCircuitBreaker(CircuitBreaker):
         self.backend_retry_s = backend_retry_s
         if isinstance(url_or_client, RedisBudgetBackend):
             url_or_client = url_or_client.clients
-        self._clients = RedisClients(url_or_client, socket_timeout=socket_timeout)
+        self._clients = RedisClients(url_or_client, socket_timeout=socket_timeout, cluster=cluster)
         self._key = f"{check_namespace('namespace', namespace)}:cb:{self.name}"
-        self._script: Any = None
+        self._scripts: dict[str, Any] = {}
         self._down_until = 0.0
 
     def close(self) -> None:
@@ -123,20 +128,18 @@ class DistributedCircuitBreaker(CircuitBreaker):
         """Run one transition in Redis; None when Redis is unreachable (the caller falls back)."""
         if time.monotonic() < self._down_until:
             return None
+        args = [
+            int(self._clock() * 1000),
+            self.failure_threshold,
+            int(self.recovery_timeout * 1000),
+            op,
+            _KEY_TTL_MS,
+        ]
+        errors: tuple[type[BaseException], ...] = (*self._clients.errors(), ValueError)
         try:
-            client = self._clients.sync()
-            if self._script is None:
-                self._script = client.register_script(_SCRIPT)
-            args = [
-                int(self._clock() * 1000),
-                self.failure_threshold,
-                int(self.recovery_timeout * 1000),
-                op,
-                _KEY_TTL_MS,
-            ]
-            reply = [int(v) for v in self._script(keys=[self._key], args=args)]
-        except self._clients.errors() as exc:
-            error = classify(exc)
+            reply = self._call(args)
+        except errors as exc:
+            error = classify(exc, self._clients.cluster)
             if not isinstance(error, BackendUnavailable):
                 # A key of the wrong type: nothing to recover from but a reset; fail safe (deny).
                 # A key of the wrong type: replace it with an OPEN circuit (fail safe, then one probe).
@@ -169,6 +172,17 @@ class DistributedCircuitBreaker(CircuitBreaker):
         if reply[4]:
             logger.error("veronica_mw: breaker %r had corrupted state in Redis; forced OPEN", self.name)
         return reply
+
+    def _call(self, args: list[Any]) -> list[int]:
+        moved = import_redis().exceptions.MovedError
+        try:
+            script = script_for(self._scripts, "breaker", _SCRIPT, self._clients.sync())
+            return [int(v) for v in script(keys=[self._key], args=args)]
+        except moved:
+            if not self._clients.moved():  # a cluster node reached as standalone: cluster mode, once
+                raise
+            script = script_for(self._scripts, "breaker", _SCRIPT, self._clients.sync())
+            return [int(v) for v in script(keys=[self._key], args=args)]
 
     def _unavailable(self) -> PolicyDecision:
         return PolicyDecision(

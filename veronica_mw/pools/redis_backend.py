@@ -1,38 +1,27 @@
-"""Redis storage for tenant budget pools: every operation is one atomic Lua script.
+"""Redis storage for tenant budget pools (standalone or Redis Cluster): every operation is one
+atomic Lua script on one tenant window's keys, which share a ``{hash tag}`` (one cluster slot).
 
-redis-py is imported only when a client is first needed, so ``import veronica_mw`` never pulls it
-in; without it, the first use raises :class:`~veronica_mw.MissingFrameworkError` with the
-``pip install "veronica-mw[redis]"`` hint.
+Connections come from :mod:`.redis_connect` (a URL to any node, or clients); redis-py is imported
+only when needed, so ``import veronica_mw`` never pulls it in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import re
-import threading
+import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..kernel.exceptions import MissingFrameworkError
 from ._backend import BackendCorrupted, BackendUnavailable, BucketState, LeaseReply, LeaseSync, Op
 from ._lease import drain_background
 from ._redis_lua import ABSORB, LEASE, RESERVE, RESET, SETTLE, STATE
+from .redis_connect import RedisClients, import_redis
 
-if TYPE_CHECKING:
-    import redis as redis_mod
-
+__all__ = ["RedisBudgetBackend", "RedisClients", "check_namespace", "classify", "import_redis"]
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-
-
-def import_redis() -> Any:
-    """The redis module, or MissingFrameworkError with the install hint."""
-    try:
-        import redis
-    except ImportError as exc:
-        raise MissingFrameworkError(
-            "redis-py", "redis", exc, module="veronica_mw.RedisBudgetBackend"
-        ) from exc
-    return redis
 
 
 def check_namespace(field: str, value: Any) -> str:
@@ -42,137 +31,37 @@ def check_namespace(field: str, value: Any) -> str:
     return value
 
 
-class RedisClients:
-    """One sync and (when needed) one asyncio client for a URL or for a client given by the user.
+def classify(exc: BaseException, cluster: bool | None = False) -> Exception:
+    """A redis-py error as BackendCorrupted (a key of the wrong type) or BackendUnavailable.
 
-    Clients built from a URL get short socket timeouts and a single immediate retry (a pooled
-    connection may be stale after a Redis restart): the kernel calls the pool synchronously, so a
-    dead Redis must cost milliseconds, not redis-py's default of ten backed-off retries. Every
-    script is idempotent (ids, tokens), so that one retry cannot count anything twice.
+    An error reply about the command (``OOM``, ``CLUSTERDOWN``, ``TRYAGAIN``, ``READONLY``...) and
+    any error of a cluster client concern the keys' node only: ``key_scoped``, so the pool refuses
+    just the tenants whose keys are there. A standalone server that cannot be reached is down for all.
     """
-
-    def __init__(
-        self,
-        url_or_client: Any,
-        *,
-        async_client: Any = None,
-        socket_timeout: float = 1.0,
-        max_connections: int = 64,
-    ) -> None:
-        import_redis()  # fail at construction (startup) with the install hint, not on the first request
-        self._lock = threading.Lock()
-        self._timeout = socket_timeout
-        self._max = max_connections
-        self._url: str | None = None
-        self._sync: Any = None
-        self._async: Any = async_client
-        self._owns_sync = self._owns_async = False
-        if isinstance(url_or_client, str):
-            if not url_or_client.startswith(("redis://", "rediss://", "unix://")):
-                raise ValueError("Redis URL must start with redis://, rediss:// or unix://")
-            self._url = url_or_client
-        elif isinstance(url_or_client, RedisClients):
-            self._url, self._sync, self._async = url_or_client._url, url_or_client._sync, url_or_client._async
-        elif callable(getattr(url_or_client, "register_script", None)):
-            if type(url_or_client).__module__.startswith("redis.asyncio"):
-                self._async = url_or_client
-            else:
-                self._sync = url_or_client
-        else:
-            raise TypeError(f"expected a Redis URL or a redis-py client, got {type(url_or_client).__name__}")
-
-    def _options(self, retry_cls: Any) -> dict[str, Any]:
-        from redis.backoff import NoBackoff
-
-        # A blocking pool: a burst of concurrent requests waits (briefly) for a free connection
-        # instead of failing with "Too many connections", which would read as an outage.
-        return {
-            "socket_timeout": self._timeout,
-            "socket_connect_timeout": self._timeout,
-            "retry": retry_cls(NoBackoff(), 1),
-            "max_connections": self._max,
-            "timeout": max(5.0, self._timeout),
-        }
-
-    def sync(self) -> redis_mod.Redis:
-        client = self._sync
-        if client is None:
-            redis = import_redis()
-            with self._lock:
-                if self._sync is None:
-                    from redis.retry import Retry
-
-                    options = self._options(Retry)
-                    if self._url is not None:
-                        pool = redis.BlockingConnectionPool.from_url(self._url, **options)
-                    else:
-                        pool = redis.BlockingConnectionPool(**self._derive_kwargs(), **options)
-                    self._sync = redis.Redis.from_pool(pool)  # from_pool: close() closes the pool too
-                    self._owns_sync = True
-                client = self._sync
-        return client  # type: ignore[no-any-return]
-
-    def _derive_kwargs(self) -> dict[str, Any]:
-        # Only an asyncio client was given: connect the sync one to the same server. Exotic setups
-        # (TLS options, sentinels) should pass both clients explicitly.
-        import redis
-
-        kwargs = self._async.connection_pool.connection_kwargs
-        keys = ("host", "port", "db", "username", "password", "path")
-        derived: dict[str, Any] = {k: kwargs[k] for k in keys if k in kwargs}
-        kind = self._async.connection_pool.connection_class.__name__
-        if "path" in derived:
-            derived["connection_class"] = redis.UnixDomainSocketConnection
-        elif "SSL" in kind:
-            derived["connection_class"] = redis.SSLConnection
-        return derived
-
-    def asyncio_client(self) -> Any:
-        """The asyncio client, or None when only a sync client was given (callers use a thread)."""
-        if self._async is None and self._url is not None:
-            redis = import_redis()
-            with self._lock:
-                if self._async is None:
-                    from redis.asyncio.retry import Retry
-
-                    pool = redis.asyncio.BlockingConnectionPool.from_url(self._url, **self._options(Retry))
-                    self._async = redis.asyncio.Redis.from_pool(pool)
-                    self._owns_async = True
-        return self._async
-
-    def close(self) -> None:
-        """Close the sync client if this object created it (clients passed in stay the caller's)."""
-        with self._lock:
-            client, self._sync = (self._sync, None) if self._owns_sync else (None, self._sync)
-        if client is not None:
-            client.close()
-
-    async def aclose(self) -> None:
-        """Close the clients this object created; call it from the event loop that used them."""
-        with self._lock:
-            client, self._async = (self._async, None) if self._owns_async else (None, self._async)
-        if client is not None:
-            await client.aclose()
-        self.close()
-
-    def errors(self) -> tuple[type[BaseException], ...]:
-        redis = import_redis()
-        return (redis.RedisError, OSError)
-
-
-def classify(exc: BaseException) -> Exception:
-    """A redis-py error as BackendCorrupted (a key of the wrong type) or BackendUnavailable."""
     if "WRONGTYPE" in str(exc):
         return BackendCorrupted(str(exc))
-    return BackendUnavailable(f"{type(exc).__name__}: {exc}")
+    redis = import_redis()
+    scoped = bool(cluster) or isinstance(exc, redis.ResponseError)
+    return BackendUnavailable(f"{type(exc).__name__}: {exc}", key_scoped=scoped)
+
+
+def script_for(cache: dict[str, Any], name: str, source: str, client: Any) -> Any:
+    """The registered script ``name`` for ``client`` (re-registered when the client changed:
+    a MOVED reply switches a standalone client to cluster mode)."""
+    script = cache.get(name)
+    if script is None or script.registered_client is not client:
+        script = cache[name] = client.register_script(source)
+    return script
 
 
 class RedisBudgetBackend:
     """Budget buckets in Redis, shared by every worker process and machine using the same server.
 
-    ``url_or_client``: a ``redis://`` URL, a ``redis.Redis`` or a ``redis.asyncio.Redis``
-    (``async_client=`` adds the asyncio one next to a sync client). Keys are
-    ``<namespace>:bp:<pool>:<window>:{<sha256 of the tenant key>}`` (+ ``:exp``, ``:a:<token>``).
+    ``url_or_client``: a ``redis://``/``rediss://`` URL to a standalone Redis or to any node of a
+    Redis Cluster, a ``redis.Redis``/``redis.cluster.RedisCluster`` or their ``redis.asyncio``
+    twins (``async_client=`` adds the asyncio one next to a sync client). ``cluster``: None (detect
+    on first connect), True or False. Keys are ``<namespace>:bp:<pool>:<window>:{<hash of the
+    tenant key>}`` (+ ``:exp``, ``:a:<token>``): one tenant window, one hash tag, one cluster slot.
     """
 
     def __init__(
@@ -181,6 +70,7 @@ class RedisBudgetBackend:
         *,
         namespace: str = "veronica",
         async_client: Any = None,
+        cluster: bool | None = None,
         socket_timeout: float = 1.0,
         max_connections: int = 64,
     ) -> None:
@@ -188,11 +78,14 @@ class RedisBudgetBackend:
         self.clients = RedisClients(
             url_or_client,
             async_client=async_client,
+            cluster=cluster,
             socket_timeout=socket_timeout,
             max_connections=max_connections,
         )
         self._scripts: dict[str, Any] = {}
-        self._ascripts: dict[str, Any] = {}
+        self._loads: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Task[Any]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def close(self) -> None:
         """Close the connections this backend opened (sync client)."""
@@ -220,28 +113,70 @@ class RedisBudgetBackend:
         return [str(op.win), str(op.now_ms), str(op.key_ttl_ms), str(op.reservation_ttl_ms), *map(str, extra)]
 
     def _run(self, name: str, source: str, keys: Sequence[str], args: Sequence[str]) -> list[int]:
-        client = self.clients.sync()
-        script = self._scripts.get(name)
-        if script is None:
-            script = self._scripts[name] = client.register_script(source)
-        try:
-            reply = script(keys=keys, args=args)
-        except self.clients.errors() as exc:
-            raise classify(exc) from exc
-        return _check(reply)
+        redis = import_redis()
+        for attempt in (1, 2):
+            try:
+                client = self.clients.sync()
+                reply = script_for(self._scripts, name, source, client)(keys=keys, args=args)
+            except redis.exceptions.MovedError as exc:
+                # A cluster node reached as standalone: switch to cluster mode and run it again.
+                if attempt == 1 and self.clients.moved():
+                    continue
+                raise classify(exc, self.clients.cluster) from exc
+            except self.clients.errors() as exc:
+                raise classify(exc, self.clients.cluster) from exc
+            except ValueError as exc:  # a URL that cannot work (db > 0 on a cluster): say what to fix
+                raise BackendUnavailable(str(exc)) from exc
+            return _check(reply)
+        raise AssertionError("unreachable")
 
     async def _arun(self, name: str, source: str, keys: Sequence[str], args: Sequence[str]) -> list[int]:
-        client = self.clients.asyncio_client()
-        if client is None:
-            return await asyncio.to_thread(self._run, name, source, keys, args)
-        script = self._ascripts.get(name)
-        if script is None:
-            script = self._ascripts[name] = client.register_script(source)
+        redis = import_redis()
+        for attempt in (1, 2):
+            try:
+                client = await self.clients.aclient()
+                if client is None:  # only sync clients: run them in a thread
+                    return await asyncio.to_thread(self._run, name, source, keys, args)
+                limiter = self.clients.limiter()
+                if limiter is None:
+                    reply = await self._aeval(client, name, source, keys, args)
+                else:
+                    async with limiter:
+                        reply = await self._aeval(client, name, source, keys, args)
+            except redis.exceptions.MovedError as exc:
+                if attempt == 1 and self.clients.moved():
+                    continue
+                raise classify(exc, self.clients.cluster) from exc
+            except self.clients.errors() as exc:
+                raise classify(exc, self.clients.cluster) from exc
+            except ValueError as exc:
+                raise BackendUnavailable(str(exc)) from exc
+            except Exception as exc:
+                if not self.clients.cluster:
+                    raise
+                # redis-py's asyncio cluster client can fail in-flight commands with internal
+                # errors while it rebuilds its topology: that is an outage of those keys' node.
+                raise BackendUnavailable(f"{type(exc).__name__}: {exc}", key_scoped=True) from exc
+            return _check(reply)
+        raise AssertionError("unreachable")
+
+    async def _aeval(
+        self, client: Any, name: str, source: str, keys: Sequence[str], args: Sequence[str]
+    ) -> Any:
+        """EVALSHA; on NOSCRIPT (a new or promoted master) load the script once for all the
+        concurrent callers, then run it again. redis-py's own per-call reload, done by dozens of
+        requests at once on a cluster client, breaks connections that other requests are using."""
+        sha = _sha(source)
         try:
-            reply = await script(keys=keys, args=args)
-        except self.clients.errors() as exc:
-            raise classify(exc) from exc
-        return _check(reply)
+            return await client.evalsha(sha, len(keys), *keys, *args)
+        except import_redis().exceptions.NoScriptError:
+            loop = asyncio.get_running_loop()
+            loads = self._loads.setdefault(loop, {})
+            load = loads.get(name)
+            if load is None or load.done():
+                load = loads[name] = loop.create_task(client.script_load(source))
+            await asyncio.shield(load)
+            return await client.evalsha(sha, len(keys), *keys, *args)
 
     def state(self, op: Op) -> BucketState:
         return _state(self._run("state", STATE, self._keys(op), self._args(op)))
@@ -275,6 +210,11 @@ class RedisBudgetBackend:
 
     def reset(self, op: Op) -> None:
         self._run("reset", RESET, self._keys(op), self._args(op))
+
+
+@functools.lru_cache(maxsize=32)
+def _sha(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()
 
 
 def _check(reply: Any) -> list[int]:
