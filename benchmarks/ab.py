@@ -54,17 +54,26 @@ def main() -> None:
         for name, python, tree in builds:
             env = dict(os.environ)
             if tree:
-                env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.abspath(tree), env.get("PYTHONPATH")]))
+                env["PYTHONPATH"] = os.pathsep.join(
+                    filter(None, [os.path.abspath(tree), env.get("PYTHONPATH")])
+                )
             done = subprocess.run(
                 [python, os.path.join(HERE, script[0]), *script[1:]],
-                capture_output=True, text=True, env=env, cwd="/", check=False,
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd="/",
+                check=False,
             )
             if done.returncode != 0:
                 sys.exit(f"{name}: {script[0]} failed:\n{done.stderr[-3000:]}")
             for key, value in _leaves(json.loads(done.stdout)).items():
                 samples[name].setdefault(key, []).append(value)
     first = builds[0][0]
-    medians = {name: {k: round(statistics.median(v), 3) for k, v in figures.items()} for name, figures in samples.items()}
+    medians = {
+        name: {k: round(statistics.median(v), 3) for k, v in figures.items()}
+        for name, figures in samples.items()
+    }
     ratios = {
         name: {
             k: round(v / medians[first][k], 3)
@@ -74,7 +83,12 @@ def main() -> None:
         for name, figures in medians.items()
         if name != first
     }
-    print(json.dumps({"script": script, "rounds": opts.rounds, "medians": medians, f"ratio_vs_{first}": ratios}, indent=2))
+    print(
+        json.dumps(
+            {"script": script, "rounds": opts.rounds, "medians": medians, f"ratio_vs_{first}": ratios},
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def per_call_us(n: int, repeats: int) -> float:
 
 
 REQUEST_LIMITS = ExecutionConfig(max_cost_usd=1.0, max_steps=20, max_retries_total=3)
-HTTP_START: Any = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]}
+HTTP_START: Any = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text")]}
 HTTP_BODY: Any = {"type": "http.response.body", "body": b"ok", "more_body": False}
 
 

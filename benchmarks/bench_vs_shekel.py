@@ -284,9 +284,9 @@ def main() -> None:
         server.wait(10)
         if os.path.exists(port_file):
             os.remove(port_file)
-    import openai
-    import shekel  # noqa: F401  (its version, from the metadata below)
     from importlib.metadata import version
+
+    import openai
 
     def median(variant: str, shape: str, minus: str | None = None) -> float:
         return round(

@@ -188,9 +188,11 @@ class BudgetPool:
     def _op(self, key_hash: str) -> tuple[Op, float, float]:
         now = self._clock()
         spec, window = self.window, self._window
-        if window is None or (
-            window.id != math.floor(now / spec.seconds) if spec.seconds else not window.start <= now < window.end
-        ):
+        if spec.seconds:
+            stale = window is None or window.id != math.floor(now / spec.seconds)
+        else:  # calendar months
+            stale = window is None or not window.start <= now < window.end
+        if stale or window is None:
             window = self._window = spec.at(now)
         bucket = self._bucket_names.get(key_hash)
         if bucket is None:
