@@ -144,6 +144,7 @@ class BudgetPool:
         # while the clock stays in it) and each tenant's bucket name.
         self._window: Window | None = None
         self._bucket_names: dict[str, str] = {}
+        self._named = (self.window, name)  # what those were worked out for
         self.backend_retry_s = check_number("backend_retry_s", backend_retry_s)
         self._clock = clock
         self._failover = Failover(
@@ -188,10 +189,13 @@ class BudgetPool:
     def _op(self, key_hash: str) -> tuple[Op, float, float]:
         now = self._clock()
         spec, window = self.window, self._window
+        named = self._named
+        if named[0] is not spec or named[1] is not self.name:  # reassigned since: start over
+            self._named, self._bucket_names, window = (spec, self.name), {}, None
         if spec.seconds:
             stale = window is None or window.id != math.floor(now / spec.seconds)
-        else:  # calendar months
-            stale = window is None or not window.start <= now < window.end
+        else:  # calendar months; the last millisecond is left to at(), which rounds to microseconds
+            stale = window is None or not window.start <= now < window.end - 0.001
         if stale or window is None:
             window = self._window = spec.at(now)
         bucket = self._bucket_names.get(key_hash)
