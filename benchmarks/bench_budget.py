@@ -10,6 +10,10 @@
    middleware + Redis pool with a lease (``lease_usd``, where the installed veronica-mw has it).
    The client runs on the same machine, so absolute figures are a floor; the ratios are what to
    read: ``redis_pool_vs_local_pool`` (target >= 0.7) and ``redis_pool_lease_vs_local_pool``.
+3. ``in_process_request_us``: the same endpoint's request (two ``acall_llm``) driven straight through
+   the ASGI middleware in this process (no HTTP, no client): bare app, middleware, and middleware +
+   in-process pool (the kernel with ``LocalBudgetBackend``: admission, a reservation and a settle per
+   call), microseconds per request, best of the rounds. ``--in-process`` prints only these.
 
 Without ``--redis-url`` a private ``redis-server`` is started on a free port (the binary must exist).
 ``--cluster`` adds ``cluster_pool`` and ``cluster_pool_lease``: the same app on a private 6-node Redis
@@ -147,6 +151,96 @@ async def _probe(windows: list[float], window_s: float = 0.25) -> None:
             worst, window_end = 0.0, now + window_s
 
 
+async def _asgi_round(app: Any, n: int) -> float:
+    scope = {"type": "http", "path": "/chat", "method": "GET", "headers": [], "query_string": b""}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    start = time.perf_counter()
+    for _ in range(n):
+        await app(scope, receive, send)
+    return (time.perf_counter() - start) / n
+
+
+def _asgi_chat_app() -> Any:
+    options = WrapOptions(cost_estimate_hint=0.001, cost_fn=lambda r: 0.001)
+    start = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]}
+    body = {"type": "http.response.body", "body": b"ok", "more_body": False}
+
+    async def chat(scope: Any, receive: Any, send: Any) -> None:
+        ctx = get_current_execution_context()
+        if ctx is not None:
+            await ctx.acall_llm(lambda: "ok", options=options)
+            await ctx.acall_llm(lambda: "ok", options=options)
+        await send(start)
+        await send(body)
+
+    return chat
+
+
+class _FreeParent:
+    """A budget parent that approves everything at no cost: what the kernel's budget-parent path
+    costs on its own (``kernel_parent`` row), apart from any pool."""
+
+    blocking_free = True
+
+    def reserve(self, amount_usd: float) -> bool:
+        return True
+
+    def settle(self, reserved_usd: float, actual_usd: float) -> None:
+        return None
+
+    async def areserve(self, amount_usd: float) -> bool:
+        return True
+
+    async def asettle(self, reserved_usd: float, actual_usd: float) -> None:
+        return None
+
+
+class _FreePool:
+    async def aadmit(self, scope: Any) -> Any:
+        from veronica_mw.pools.budget_pool import Admission
+
+        return Admission(True, ledger=_FreeParent())  # type: ignore[arg-type]
+
+
+def in_process_requests(rounds: int, n: int) -> dict[str, Any]:
+    """µs per request of the chat endpoint called straight through the ASGI middleware."""
+    from veronica_mw.web.asgi import VeronicaASGIMiddleware
+
+    app = _asgi_chat_app()
+    config = ExecutionConfig(max_cost_usd=1.0, max_steps=10, max_retries_total=0)
+    pool = BudgetPool(1e6, window_s="day", key_func=lambda scope: "bench-tenant", name="benchlocal")
+    stacks = {
+        "bare": app,
+        "middleware": VeronicaASGIMiddleware(app, config=config),
+        "kernel_parent": VeronicaASGIMiddleware(app, config=config, budget_pool=_FreePool()),  # type: ignore[arg-type]
+        "local_pool": VeronicaASGIMiddleware(app, config=config, budget_pool=pool),
+    }
+    best = {name: float("inf") for name in stacks}
+
+    async def run() -> None:
+        for stack in stacks.values():
+            await _asgi_round(stack, min(n, 2000))  # warm-up
+        for _ in range(rounds):  # interleaved: a burst of load hits every stack alike
+            for name, stack in stacks.items():
+                best[name] = min(best[name], await _asgi_round(stack, n))
+
+    asyncio.run(run())
+    per = {k: round(v * 1e6, 3) for k, v in best.items()}
+    return {
+        "per_request_us": per,
+        "local_pool_added_us": round(per["local_pool"] - per["middleware"], 3),
+        # Of which the kernel's budget-parent path (a free parent) and the pool itself:
+        "kernel_parent_path_us": round(per["kernel_parent"] - per["middleware"], 3),
+        "pool_itself_us": round(per["local_pool"] - per["kernel_parent"], 3),
+    }
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -274,9 +368,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--http-only", action="store_true", help="skip the round-trips figures")
     parser.add_argument("--cluster", action="store_true", help="also on a private 6-node Redis Cluster")
+    parser.add_argument("--in-process", action="store_true", help="only the in-process request figures")
+    parser.add_argument("--requests", type=int, default=20_000, help="in-process requests per round")
     opts = parser.parse_args()
     seconds = 0.5 if opts.quick else 2.0
     rounds = 1 if opts.quick else opts.rounds
+    requests = 2_000 if opts.quick else opts.requests
+    if opts.in_process:
+        inproc = in_process_requests(max(rounds, 3), requests)
+        print(json.dumps({"python": platform.python_version(), "in_process_request_us": inproc}, indent=2))
+        return
     redis_proc = None
     trips: dict[str, float] = {}
     rps: dict[str, float] = {}
@@ -321,6 +422,7 @@ def main() -> None:
                 redis_proc.wait(10)
             if cluster is not None:
                 cluster.stop()
+    inproc = in_process_requests(max(rounds, 3), requests)
     result: dict[str, Any] = {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -330,6 +432,7 @@ def main() -> None:
         "fastapi_requests_per_s": {k: round(v) for k, v in rps.items()},
         "redis_pool_vs_no_pool": round(rps["redis_pool"] / rps["middleware"], 3),
         "redis_pool_vs_local_pool": round(rps["redis_pool"] / rps["local_pool"], 3),
+        "in_process_request_us": inproc,
     }
     if "redis_pool_lease" in rps:
         result["redis_pool_lease_vs_local_pool"] = round(rps["redis_pool_lease"] / rps["local_pool"], 3)

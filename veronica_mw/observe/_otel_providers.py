@@ -4,7 +4,8 @@ An explicit provider, or a global one an application configured, is resolved onc
 lets a global provider be set only once per process, so it cannot change afterwards. While the
 global provider is still the API's placeholder (no SDK configured: everything would be a no-op),
 it is looked up again at most every :data:`RECHECK_S` seconds, so an SDK configured after the
-first request is picked up soon without an environment lookup on every call.
+first request is picked up soon without an environment lookup on every call; :meth:`refresh`
+(called when the application sets a provider, see :mod:`._otel_watch`) makes the next call look.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ class ProviderCache(Generic[T]):
         self._final = False
         self._next = 0.0
         self._lock = threading.Lock()
+
+    def refresh(self) -> None:
+        """Look the global provider up again on the next call (one may have been set)."""
+        self._next = 0.0
 
     def get(self) -> T | None:
         if self._final:

@@ -92,6 +92,11 @@ class OTelObserver(Observer):
         self.record_bodies = self._content.enabled
         self._warned: set[str] = set()
 
+    def refresh(self) -> None:
+        """A global provider was set: the next call looks the global providers up again."""
+        self._tracers.refresh()
+        self._metrics.refresh()
+
     def _get_tracer(self) -> trace.Tracer | None:
         return self._tracers.get()
 

@@ -2,12 +2,15 @@
 
 On by default when ``opentelemetry-api`` is installed (``pip install "veronica-mw[otel]"``): the
 application configures the SDK and its exporters, as with any OTel-instrumented library, and
-veronica-mw's spans appear under the request's server span. Without an SDK everything is a no-op;
-without ``opentelemetry-api`` nothing is imported. ``VERONICA_MW_OTEL=0`` turns it off.
+veronica-mw's spans appear under the request's server span. Without ``opentelemetry-api`` nothing
+is imported. ``VERONICA_MW_OTEL=0`` turns it off.
 
-``import veronica_mw`` does not import OpenTelemetry even when it is installed: a small stand-in
-observer is registered, and the real one (with the ``opentelemetry`` import) is built on the first
-context or call. What is emitted is described in :mod:`veronica_mw.observe._otel_spans`.
+Until an SDK is configured everything would be a no-op, so nothing is registered and no call pays
+for OpenTelemetry: ``import veronica_mw`` imports no OpenTelemetry module, and only watches for the
+application setting a global tracer or meter provider (see :mod:`._otel_watch`), before or after
+importing veronica-mw. Then a small stand-in observer is registered, and the real one (with the
+``opentelemetry`` imports) is built on the first context or call. What is emitted is described in
+:mod:`veronica_mw.observe._otel_spans`.
 
 :func:`enable` installs it explicitly — with your own providers, say, or after ``VERONICA_MW_OTEL=0``
 — and :func:`disable` removes it. There is one OpenTelemetry observer per process: enabling again
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..kernel.exceptions import MissingFrameworkError
 from ..kernel.observer import Observer, add_observer, remove_observer
+from . import _otel_watch  # imports no opentelemetry either
 from ._otel_content import ContentCapture  # reads the environment only: imports no opentelemetry
 
 if TYPE_CHECKING:
@@ -41,6 +45,7 @@ _ON = frozenset({"", "1", "true", "on", "yes"})
 
 _lock = threading.Lock()
 _active: Observer | None = None  # the registered OpenTelemetry observer (or its stand-in)
+_auto = False  # auto_enable() armed: register the stand-in once a global provider is set
 
 
 def enable(
@@ -64,8 +69,11 @@ def enable(
 
 
 def disable() -> None:
-    """Remove the OpenTelemetry observer. Do it while no contained call runs: the span of a call
-    running across it is never ended (nor, for a ``call_*`` form, taken off that thread's context)."""
+    """Remove the OpenTelemetry observer (and stop waiting for an SDK to be configured). Do it while
+    no contained call runs: the span of a call running across it is never ended (nor, for a
+    ``call_*`` form, taken off that thread's context)."""
+    global _auto
+    _auto = False
     _install(None)
 
 
@@ -173,12 +181,14 @@ def env_enabled() -> bool:
 
 
 def auto_enable() -> None:
-    """Called by ``import veronica_mw``: register the stand-in if OpenTelemetry can be used.
+    """Called by ``import veronica_mw``: wait for an SDK to be configured, if OpenTelemetry can be used.
 
     Only looks for the ``opentelemetry`` package (``find_spec`` of a top-level name imports
-    nothing), so a process without it imports nothing and pays nothing.
+    nothing), so a process without it imports nothing and pays nothing. The stand-in is
+    registered at once if a global provider is set already or named by environment variable,
+    else when the application sets one.
     """
-    global _active
+    global _auto
     if _active is not None or not env_enabled():
         return
     try:
@@ -186,8 +196,25 @@ def auto_enable() -> None:
             return
     except (ImportError, ValueError):  # hidden by an import hook, or a None entry in sys.modules
         return
+    _auto = True
+    if _otel_watch.env_providers():  # loaded by the API's first lookup, which the observer makes
+        _provider_set(True)
+    else:
+        _otel_watch.watch(_provider_set)
+
+
+def _provider_set(unwatchable: bool) -> None:
+    """A global provider may have been set (or cannot be watched): register the stand-in, or tell
+    the installed observer to look its global providers up again now."""
+    global _active
     with _lock:
-        if _active is None:
-            stand_in = _StandIn()
-            add_observer(stand_in)
-            _active = stand_in
+        active = _active
+        if active is None:
+            if _auto and (unwatchable or _otel_watch.configured()):
+                stand_in = _StandIn()
+                add_observer(stand_in)
+                _active = stand_in
+            return
+    refresh = getattr(active, "refresh", None)
+    if refresh is not None:
+        refresh()

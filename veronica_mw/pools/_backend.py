@@ -105,10 +105,9 @@ class WindowSpec:
         return Window(day.year * 12 + day.month - 1, start.timestamp(), end.timestamp())
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
+class Op(NamedTuple):
     """Where and when an operation happens: the bucket name, the caller's window and clock (ms) and
-    how long keys and reservations live."""
+    how long keys and reservations live. (A named tuple: one is made per reserve and settle.)"""
 
     bucket: str
     win: int
@@ -164,7 +163,7 @@ class LeaseSync(NamedTuple):
 
 
 class _Bucket:
-    __slots__ = ("win", "spent", "reserved", "steps", "holds", "expiry", "expires_ms", "seqs")
+    __slots__ = ("win", "spent", "reserved", "steps", "holds", "expiry", "expires_ms", "seqs", "due_ms")
 
     def __init__(self) -> None:
         self.win = 0
@@ -175,6 +174,9 @@ class _Bucket:
         self.expiry: dict[str, int] = {}  # id -> ms when it is reclaimed (or, if reclaimed, forgotten)
         self.expires_ms = 0  # ms after which the bucket may be forgotten
         self.seqs: dict[str, int] = {}  # lease id -> last applied sync
+        # At most the earliest time in ``expiry`` (a lower bound, lowered on every add): before it
+        # nothing is due, so an operation need not scan the open reservations.
+        self.due_ms = 0
 
 
 class LocalBudgetBackend:
@@ -195,8 +197,10 @@ class LocalBudgetBackend:
             bucket = self._buckets[op.bucket] = _Bucket()
         if op.win > bucket.win:
             bucket.win, bucket.spent, bucket.steps = op.win, 0, 0
-        bucket.expires_ms = max(bucket.expires_ms, op.now_ms + op.key_ttl_ms)  # expiry, like PEXPIRE
-        if bucket.expiry:
+        expires = op.now_ms + op.key_ttl_ms
+        if expires > bucket.expires_ms:
+            bucket.expires_ms = expires  # expiry, like PEXPIRE
+        if bucket.expiry and op.now_ms >= bucket.due_ms:
             self._reclaim(bucket, op)
         return bucket
 
@@ -208,9 +212,17 @@ class LocalBudgetBackend:
         self._tokens = {t: exp for t, exp in self._tokens.items() if exp > now_ms}
 
     @staticmethod
+    def _due(bucket: _Bucket, res_id: str, when: int) -> None:
+        if not bucket.expiry or when < bucket.due_ms:
+            bucket.due_ms = when
+        bucket.expiry[res_id] = when
+
+    @staticmethod
     def _reclaim(bucket: _Bucket, op: Op) -> None:
+        due = None
         for res_id, when in list(bucket.expiry.items()):
             if when > op.now_ms:
+                due = when if due is None or when < due else due
                 continue
             amount = bucket.holds.get(res_id)
             if amount is None:
@@ -220,7 +232,9 @@ class LocalBudgetBackend:
             else:
                 bucket.reserved = max(0, bucket.reserved - amount)
                 bucket.holds[res_id] = None
-                bucket.expiry[res_id] = op.now_ms + op.reservation_ttl_ms
+                when = bucket.expiry[res_id] = op.now_ms + op.reservation_ttl_ms
+                due = when if due is None or when < due else due
+        bucket.due_ms = 0 if due is None else due
 
     def _view(self, bucket: _Bucket, ok: bool) -> BucketState:
         return BucketState(ok, bucket.win, bucket.spent, bucket.reserved, bucket.steps)
@@ -247,7 +261,7 @@ class LocalBudgetBackend:
                 b.reserved += amount
                 b.steps += 1
                 b.holds[res_id] = amount
-                b.expiry[res_id] = op.now_ms + op.reservation_ttl_ms
+                self._due(b, res_id, op.now_ms + op.reservation_ttl_ms)
             return self._view(b, ok)
 
     async def areserve(self, op: Op, res_id: str, amount: int, limit: int, limit_steps: int) -> BucketState:
@@ -293,7 +307,7 @@ class LocalBudgetBackend:
             b.seqs[sync.lease_id] = sync.seq
             if hold > 0:
                 b.holds[sync.lease_id] = hold
-                b.expiry[sync.lease_id] = op.now_ms + op.reservation_ttl_ms
+                self._due(b, sync.lease_id, op.now_ms + op.reservation_ttl_ms)
             else:
                 b.holds.pop(sync.lease_id, None)
                 b.expiry.pop(sync.lease_id, None)

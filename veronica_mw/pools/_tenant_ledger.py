@@ -8,6 +8,7 @@ each. The coroutine versions await the backend (``redis.asyncio``) and are safe 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import secrets
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from .budget_pool import BudgetPool
 
 logger = logging.getLogger("veronica_mw")
+# Reservation ids of in-process pools only need to be unique in this process: a counter, not a
+# random token (those are kept for backends shared between processes).
+_local_ids = itertools.count(1)
 
 
 class _Hold:
@@ -83,6 +87,14 @@ class TenantLedger:
                 _, now, end = self._pool._op(self.key_hash)
                 return self._too_much(reply.state, amount, now, end)
             # Backend down or corrupted: the per-call path applies on_backend_error.
+        pool = self._pool
+        if pool._in_process:  # in memory: nothing to fail over from, nothing to replay
+            res_id = f"r{next(_local_ids)}"
+            op, now, end = pool._op(self.key_hash)
+            state = pool.backend.reserve(op, res_id, amount, pool._limit, pool._steps)
+            if state.ok:
+                return self._held(_Hold(res_id, amount, None))
+            return self._too_much(state, amount, now, end)
         res_id = secrets.token_hex(12)
         op, now, end = self._pool._op(self.key_hash)
         outcome = self._pool._failover.reserve(op, res_id, amount, self._pool._limit, self._pool._steps)
@@ -167,6 +179,9 @@ class TenantLedger:
         op, _, _ = self._pool._op(self.key_hash)
         if hold is None:
             self._pool._failover.charge(op, actual)
+            return
+        if self._pool._in_process:
+            self._pool.backend.settle(op, hold.res_id, actual)
             return
         self._pool._failover.settle(op, hold.res_id, actual, hold.local)
 

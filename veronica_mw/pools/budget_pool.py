@@ -29,6 +29,7 @@ from ._backend import (
     BudgetBackend,
     LocalBudgetBackend,
     Op,
+    Window,
     WindowSpec,
     to_nano,
 )
@@ -139,6 +140,11 @@ class BudgetPool:
         self.on_backend_error = on_backend_error
         self.rate_limit_headers = bool(rate_limit_headers)
         self.reservation_ttl_s = check_number("reservation_ttl_s", reservation_ttl_s)
+        # What _op would otherwise work out on every reserve and settle: the current window (kept
+        # while the clock stays in it) and each tenant's bucket name.
+        self._window: Window | None = None
+        self._bucket_names: dict[str, str] = {}
+        self._named = (self.window, name)  # what those were worked out for
         self.backend_retry_s = check_number("backend_retry_s", backend_retry_s)
         self._clock = clock
         self._failover = Failover(
@@ -182,9 +188,22 @@ class BudgetPool:
 
     def _op(self, key_hash: str) -> tuple[Op, float, float]:
         now = self._clock()
-        window = self.window.at(now)
+        spec, window = self.window, self._window
+        named = self._named
+        if named[0] is not spec or named[1] is not self.name:  # reassigned since: start over
+            self._named, self._bucket_names, window = (spec, self.name), {}, None
+        if spec.seconds:
+            stale = window is None or window.id != math.floor(now / spec.seconds)
+        else:  # calendar months; the last millisecond is left to at(), which rounds to microseconds
+            stale = window is None or not window.start <= now < window.end - 0.001
+        if stale or window is None:
+            window = self._window = spec.at(now)
+        bucket = self._bucket_names.get(key_hash)
+        if bucket is None:
+            if len(self._bucket_names) >= 10_000:
+                self._bucket_names.clear()
+            bucket = self._bucket_names[key_hash] = f"{self.name}:{spec.label}:{{{key_hash}}}"
         ttl_ms = math.ceil((window.end - now + self.reservation_ttl_s + 60.0) * 1000)
-        bucket = f"{self.name}:{self.window.label}:{{{key_hash}}}"
         op = Op(bucket, window.id, math.floor(now * 1000), ttl_ms, math.ceil(self.reservation_ttl_s * 1000))
         return op, now, window.end
 

@@ -1,8 +1,9 @@
 """How OpenTelemetry is switched on, each case in a fresh interpreter (global providers can be set
-once per process): on by default once opentelemetry-api is importable, without importing it until
-the first context; VERONICA_MW_OTEL=0 turns it off; the SDK configured after `import veronica_mw`
-(the usual order) receives the spans; API only, OTEL_SDK_DISABLED=true and a broken global provider
-are no-ops that never fail a call."""
+once per process): on by default once opentelemetry-api is importable, without importing it or
+registering any observer until an SDK is configured; VERONICA_MW_OTEL=0 turns it off; the SDK
+configured before or after `import veronica_mw` (the usual order), even after the first calls,
+receives the spans; API only, OTEL_SDK_DISABLED=true and a broken global provider are no-ops that
+never fail a call."""
 
 from __future__ import annotations
 
@@ -75,16 +76,32 @@ def run(code: str, **env: str) -> Any:
     return json.loads(spawn(code, **env).stdout.splitlines()[-1])
 
 
-def test_on_by_default_and_opentelemetry_is_imported_only_at_first_use() -> None:
+def test_on_by_default_and_nothing_is_imported_or_registered_until_an_sdk_is_configured() -> None:
     result = run(
         WORK
         + """
 before = (otel_modules(), observers())
 reason = work()
-print(json.dumps([before, reason, observers(), "opentelemetry.trace" in sys.modules]))
+without_sdk = (observers(), "opentelemetry.trace" in sys.modules)
+from opentelemetry import trace  # API only, as many libraries import it: still nothing to pay for
+api_only = (work(), observers())
+"""
+        + SDK
+        + """
+configured = observers()
+reason = work()
+print(json.dumps([before, without_sdk, api_only, configured, reason, observers(), span_names()]))
 """
     )
-    assert result == [[[], ["_StandIn"]], "step_limit", ["OTelObserver"], True]
+    assert result == [
+        [[], []],
+        [[], False],
+        ["step_limit", []],
+        ["_StandIn"],
+        "step_limit",
+        ["OTelObserver"],
+        ["chat gpt-4o", "execute_tool count"],
+    ]
 
 
 def test_veronica_mw_otel_0_turns_it_off() -> None:
@@ -94,7 +111,7 @@ def test_veronica_mw_otel_0_turns_it_off() -> None:
 
 
 def test_an_unknown_switch_value_is_reported_and_leaves_it_on() -> None:
-    done = spawn(LOGGING + WORK + "print(json.dumps(observers()))", VERONICA_MW_OTEL="maybe")
+    done = spawn(LOGGING + WORK + SDK + "print(json.dumps(observers()))", VERONICA_MW_OTEL="maybe")
     assert json.loads(done.stdout) == ["_StandIn"]
     assert "VERONICA_MW_OTEL='maybe' not understood" in done.stderr
 
@@ -114,19 +131,62 @@ def test_the_sdk_configured_after_import_receives_spans_and_metrics() -> None:
     ]
 
 
+def test_the_sdk_configured_after_the_first_calls_receives_the_next_calls_at_once() -> None:
+    # A startup hook that runs after the first requests: the very next context records.
+    code = WORK + "first = work()\n" + SDK + "second = work()\n"
+    code += "print(json.dumps([first, second, span_names(), metric_names()]))"
+    first, second, spans, metric_names = run(code)
+    assert [first, second] == ["step_limit", "step_limit"]
+    assert spans == ["chat gpt-4o", "execute_tool count"]
+    assert "veronica.calls" in metric_names and "gen_ai.client.token.usage" in metric_names
+
+
+def test_the_sdk_configured_before_import_receives_spans() -> None:
+    code = SDK + WORK + "reason = work(); print(json.dumps([reason, observers(), span_names()]))"
+    assert run(code) == ["step_limit", ["OTelObserver"], ["chat gpt-4o", "execute_tool count"]]
+
+
+def test_a_meter_provider_set_after_the_tracer_provider_records_the_next_call() -> None:
+    code = (
+        WORK
+        + """
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+
+trace.set_tracer_provider(TracerProvider())
+work()
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+work()
+data = reader.get_metrics_data()
+calls = [p.value for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics
+         if m.name == "veronica.calls" for p in m.data.data_points]
+print(json.dumps(sum(calls)))
+"""
+    )
+    assert run(code) == 2  # the second work(): one model call, one tool call (the third refused)
+
+
+def test_an_sdk_named_by_environment_variable_is_used_without_any_setter_call() -> None:
+    code = WORK + "reason = work(); print(json.dumps([reason, observers()]))"
+    result = run(code, OTEL_PYTHON_TRACER_PROVIDER="sdk_tracer_provider")
+    assert result == ["step_limit", ["OTelObserver"]]
+
+
 def test_api_only_is_a_no_op_that_attaches_nothing() -> None:
     code = (
         WORK
         + """
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from veronica_mw.observe import otel
 reason = work()
-observer = otel.active_observer()
-print(json.dumps([reason, observer._get_tracer() is None, observer._metrics.get() is None,
+print(json.dumps([reason, otel.active_observer(), observers(),
                   trace.get_current_span().get_span_context().is_valid]))
 """
     )
-    assert run(code) == ["step_limit", True, True, False]
+    assert run(code) == ["step_limit", None, [], False]
 
 
 def test_otel_sdk_disabled_records_nothing() -> None:
