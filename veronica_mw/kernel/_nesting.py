@@ -342,7 +342,6 @@ def settle_up(ctx: ExecutionContext, node: CallNode, cost: float, refund_step: b
                 level._steps -= 1
             if level._committed > level._cost_gate:  # the ceiling, or a soft limit before it
                 gated = [level] if gated is None else [*gated, level]
-        halted = halted or level._reason is not None
     if budgets:
         for budget in ctx._budgets:
             budget.settle(reserved, cost)
