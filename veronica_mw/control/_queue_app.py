@@ -31,7 +31,6 @@ from .approval import Approve, Edit, Reject
 
 if TYPE_CHECKING:
     from ..web.types import Receive, Scope, Send
-    from .queue import ApprovalQueue
 
 _COOKIE = "veronica_approvals"
 _SESSION_S = 8 * 3600
@@ -92,7 +91,8 @@ async def _read(receive: Receive) -> bytes:
 
 
 class ApprovalsApp:
-    def __init__(self, queue: ApprovalQueue, *, title: str) -> None:
+    # ``queue``: the ApprovalQueue (typed Any: queue imports this module, no import circle).
+    def __init__(self, queue: Any, *, title: str) -> None:
         self._queue = queue
         self._title = title
         self._token = queue.token.encode()
