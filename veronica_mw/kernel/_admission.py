@@ -1,13 +1,10 @@
 """Admission: the one way a call enters a context -- root or nested, sync or async, node or record.
 
-:func:`admit` checks every level of the context's lineage (a root's is itself alone): halts and
-deadlines, then each level's policies (root first, so the top-most halt is the one named), then,
-under the lineage's locks, each level's :meth:`~._ledger.Ledger.refuses`; it reserves one step and
-the call's cost hint in every level or in none. Outside the locks it warns for soft limits,
-watches for divergence and asks the circuit breaker. :func:`begin` then reserves in the budget
-parents (:func:`hold`; awaited by :func:`abegin`: the only place sync and async differ) and tells
-the observers. A plain context's ``wrap_*``/``call_*`` ask for a *record* instead of a node
-object (see :mod:`._calls`); everything else gets a :class:`~._node.CallNode`.
+:func:`admit` asks every level of the lineage (root first: the top-most halt is the one named)
+for its deadline, halt and policies, then -- under the lineage's locks, taken root first so they
+cannot deadlock -- :meth:`~._ledger.Ledger.refuses`, and reserves one step and the cost hint in
+every level or in none. :func:`begin` adds the budget parents (:func:`hold`; awaited by
+:func:`abegin`, the only difference between the two) and tells the observers.
 """
 
 from __future__ import annotations
@@ -43,18 +40,11 @@ def _clear(
     pipeline = level._pipeline
     if pipeline is None:
         return None
-    decision = pipeline.evaluate(
-        PolicyContext(
-            cost_usd=ledger.committed,
-            step_count=ledger.steps,
-            retries_used=ledger.retries,
-            cost_estimate_usd=hint,
-            kind=kind,
-            operation_name=name,
-            chain_id=level.chain_id,
-            max_cost_usd=level.config.max_cost_usd,
-        )
-    )
+    decision = pipeline.evaluate(PolicyContext(
+        cost_usd=ledger.committed, step_count=ledger.steps, retries_used=ledger.retries,
+        cost_estimate_usd=hint, kind=kind, operation_name=name, chain_id=level.chain_id,
+        max_cost_usd=level.config.max_cost_usd,
+    ))  # fmt: skip
     if not decision.allowed:
         wait = decision.rate_limit_ms / 1000.0 if decision.rate_limit_ms else None
         level._abort(HaltReason.POLICY_DENIED, f"{decision.policy_type}: {decision.reason}", wait)

@@ -1,11 +1,10 @@
-"""The one-call forms: ``wrap_*`` (a Decision), ``call_*`` (the result, or ExecutionHalted), and
-their coroutine versions -- admission, the call, one settle, around :func:`run` / :func:`arun`.
+"""The one-call forms (``wrap_*``: a Decision; ``call_*``: the result, or ExecutionHalted; and their
+coroutine versions): admission, the call, one settle (:func:`run`, :func:`arun`).
 
-A *plain* context (no policies, breaker, budget parent, checks, observers or ancestors) admits
-these calls as compact records instead of node objects: nothing outside the kernel can see such
-a call's node. That is a branch of the one admission (``admit(..., record=True)``) and of the
-one settlement (:func:`~._settle.close_record`); whatever is not the common case -- a failure, a
-divergence, a result with usage to price -- makes the node (``promote``) and settles it.
+A *plain* context (no policies, breaker, budget parent, checks, observers or ancestors) keeps
+these calls as compact records, not node objects -- a branch of the one admission
+(``record=True``) and settlement (:func:`~._settle.close_record`); a failure, a divergence or a
+result with usage to price makes the node (``promote``) and settles it as any other.
 """
 
 from __future__ import annotations

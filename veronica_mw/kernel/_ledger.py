@@ -1,15 +1,9 @@
 """Ledger: one context's counters, limits and halt under its own lock, and the rule every call obeys.
 
-Every context holds one :class:`Ledger`. A call counts in the ledgers of its context's *lineage*:
-its own, then each enclosing context's up to the root (a root's lineage is its own ledger alone).
-Admission takes the lineage's locks root first (every thread takes them in that order, so they
-cannot deadlock), asks :meth:`Ledger.refuses` of every level and reserves in all or none;
-settlement gives back what each level reserved and commits what the call cost (:meth:`settle`).
-
-Soft limits (``ExecutionConfig.warn_at``) cost the common case nothing: the comparisons admission
-and settlement make anyway use a *gate* -- the lower of the hard limit and the next soft
-threshold (``step_gate``: steps taken; ``cost_gate``: committed cost). Past a gate
-:meth:`soft_limit` finds which fractions were passed (each once) and moves the gate.
+A call counts in every ledger of its context's lineage (its own, then each enclosing context's; a
+root's is its own alone): see :mod:`._admission` and :mod:`._settle`. Soft limits cost the common
+case nothing: admission and settlement compare against a *gate*, the lower of the hard limit and
+the next ``warn_at`` threshold; past a gate :meth:`Ledger.soft_limit` moves it.
 """
 
 from __future__ import annotations
@@ -132,25 +126,22 @@ class Ledger:
 
     # -- soft limits ---------------------------------------------------------------------------------
 
-    def used(self, dimension: str) -> float:
-        if dimension == "cost":
-            return self.committed
-        return self.steps if dimension == "steps" else self.retries
-
-    def limit(self, dimension: str) -> float:
+    def usage(self, dimension: str) -> tuple[float, float]:
+        """(used, limit) of ``cost``, ``steps`` or ``retries``."""
         config = self.config
         if dimension == "cost":
-            return config.max_cost_usd
-        return config.max_steps if dimension == "steps" else config.max_retries_total
+            return self.committed, config.max_cost_usd
+        if dimension == "steps":
+            return self.steps, config.max_steps
+        return self.retries, config.max_retries_total
 
-    def soft_limit(self, dimension: str) -> tuple[list[float], float]:
-        """The fractions of ``dimension`` newly passed (each once per ledger), and the usage; moves
-        the gate to the next threshold."""
+    def soft_limit(self, dimension: str) -> tuple[list[float], float, float]:
+        """The fractions of ``dimension`` newly passed (each once per ledger), the usage and the
+        limit; moves the gate to the next threshold."""
         config = self.config
-        limit = self.limit(dimension)
         passed: list[float] = []
         with self.lock:
-            used = self.used(dimension)
+            used, limit = self.usage(dimension)
             warned = self.warned
             if warned is None:
                 warned = self.warned = []
@@ -169,4 +160,4 @@ class Ledger:
                 self.step_gate = _step_gate(config, following)
             else:
                 self.warn_retries = following
-        return passed, used
+        return passed, used, limit

@@ -72,48 +72,43 @@ def add_reservation(ctx: ContextState, node: CallNode, usd: float) -> None:
             level._on_deadline()
     if ctx._ledger.reason is not None or (ctx._up is not None and ctx._halted_above()):
         raise ctx.halted_error()
+    refused = _grow(ctx, node, usd, True)
+    if refused is not None:
+        refuse(ctx, *refused)
+        raise ctx.halted_error()
+    if node._held != HELD or node.status != "running":
+        return
+    taken: list[BudgetParent] = []
+    for budget in ctx._budgets:
+        if not budget.reserve(usd):
+            for held in taken:
+                held.settle(usd, 0.0)
+            _grow(ctx, node, -usd, False)
+            budget_refused(ctx, budget)
+            raise ctx.halted_error()
+        taken.append(budget)
+
+
+def _grow(
+    ctx: ContextState, node: CallNode, usd: float, check: bool
+) -> tuple[int, tuple[HaltReason | None, str, bool]] | None:
+    """Reserve ``usd`` more (less, when negative) for a running ``node`` in every level -- or, with
+    ``check``, in none when a level cannot fit it: then (that level, its ``Ledger.refusal``)."""
     levels = ctx._levels
-    refused = -1
-    refusal: tuple[HaltReason | None, str, bool] = (None, "", True)
     for ledger in ctx._down:
         ledger.lock.acquire()
     try:
-        for i, ledger in enumerate(levels):  # the step is taken already: only its cost grows
+        for i, ledger in enumerate(levels if check else ()):  # the step is taken: only cost grows
             if not ledger.fits(usd):
-                refused, refusal = i, ledger.refusal("llm", usd, cost_only=True)
-                break
-        else:
-            if node.status == "running":
-                for ledger in levels:
-                    ledger.reserved += usd
-                node.reserved_usd += usd
-            else:
-                usd = 0.0
+                return i, ledger.refusal("llm", usd, cost_only=True)
+        if node.status == "running":
+            for ledger in levels:
+                ledger.reserved += usd
+            node.reserved_usd += usd
     finally:
         for ledger in levels:
             ledger.lock.release()
-    if refused >= 0:
-        refuse(ctx, refused, refusal)
-        raise ctx.halted_error()
-    if usd <= 0.0 or node._held != HELD:
-        return
-    budgets = ctx._budgets
-    for i, budget in enumerate(budgets):
-        if not budget.reserve(usd):
-            for taken in budgets[:i]:
-                taken.settle(usd, 0.0)
-            for ledger in ctx._down:
-                ledger.lock.acquire()
-            try:
-                if node.status == "running":
-                    for ledger in levels:
-                        ledger.reserved -= usd
-                    node.reserved_usd -= usd
-            finally:
-                for ledger in levels:
-                    ledger.lock.release()
-            budget_refused(ctx, budget)
-            raise ctx.halted_error()
+    return None
 
 
 def refuse(ctx: ContextState, i: int, refusal: tuple[HaltReason | None, str, bool]) -> None:

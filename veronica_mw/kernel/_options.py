@@ -20,22 +20,13 @@ from .timeout_pool import SharedTimeoutPool
 
 
 def configure(
-    ctx: ContextState,
-    config: ExecutionConfig,
-    pipeline: PolicyPipeline | None,
-    circuit_breaker: CircuitBreaker | None,
-    budget_parent: BudgetParent | None,
-    graph_capacity: int,
-    divergence_threshold: int,
-    halt_on_divergence: bool,
-    timeout_pool: SharedTimeoutPool | None,
-    observers: Iterable[_obs.Observer],
-    checks: Iterable[Any] | OutputVerifier | None,
-    audit: _obs.Observer | None,
-    attributes: Mapping[str, str] | None,
-    name: str,
+    ctx: ContextState, config: ExecutionConfig, pipeline: PolicyPipeline | None,
+    circuit_breaker: CircuitBreaker | None, budget_parent: BudgetParent | None, graph_capacity: int,
+    divergence_threshold: int, halt_on_divergence: bool, timeout_pool: SharedTimeoutPool | None,
+    observers: Iterable[_obs.Observer], checks: Iterable[Any] | OutputVerifier | None,
+    audit: _obs.Observer | None, attributes: Mapping[str, str] | None, name: str,
     on_warn: Callable[[ExecutionEvent], Any] | None,
-) -> None:
+) -> None:  # fmt: skip
     """Set up ``ctx`` (its state, then each option given); a bad option raises TypeError/ValueError.
     Options left at their default keep the class-level default: nothing is stored for them."""
     if not isinstance(config, ExecutionConfig):

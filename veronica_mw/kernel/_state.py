@@ -186,24 +186,13 @@ class ContextState:
             children = tuple(self._children) if self._children else ()
             warned = tuple(own.warned) if own.warned else ()
         return ExecutionSnapshot(
-            step_count=steps,
-            cost_usd_accumulated=committed,
-            cost_usd_reserved=reserved,
-            retries_used=retries,
-            in_flight=in_flight,
-            aborted=reason is not None,
-            abort_reason=reason,
-            abort_detail=detail,
-            elapsed_ms=(time.monotonic() - self._started) * 1000.0,
-            chain_id=self.chain_id,
-            config=self.config,
-            retry_after_s=retry_after,
-            events=tuple(self._events or ()),
-            http_status=status,
-            name=self._name,
-            children=tuple(child.get_snapshot() for child in children),
-            soft_limits=warned,
-        )
+            step_count=steps, cost_usd_accumulated=committed, cost_usd_reserved=reserved,
+            retries_used=retries, in_flight=in_flight, aborted=reason is not None, abort_reason=reason,
+            abort_detail=detail, elapsed_ms=(time.monotonic() - self._started) * 1000.0,
+            chain_id=self.chain_id, config=self.config, retry_after_s=retry_after,
+            events=tuple(self._events or ()), http_status=status, name=self._name,
+            children=tuple(child.get_snapshot() for child in children), soft_limits=warned,
+        )  # fmt: skip
 
     def halted_error(self) -> ExecutionHalted:
         """The exception describing this context's halt (reason, snapshot, partial result)."""
@@ -283,21 +272,13 @@ class ContextState:
         """The usage of ``dimension`` reached its gate: say each fraction passed (once), outside
         the lock: a ``soft_limit`` event, one WARNING, and ``on_warn``."""
         ledger = self._ledger
-        passed, used = ledger.soft_limit(dimension)
-        limit = ledger.limit(dimension)
+        passed, used, limit = ledger.soft_limit(dimension)
         for fraction in passed:
             shown = f"{used:.6f} of {limit:g} USD" if dimension == "cost" else f"{used:g} of {limit:g}"
+            detail = f"{dimension} at {shown}: passed {fraction:g} of the limit"
+            data = {"dimension": dimension, "fraction": fraction, "used": used, "limit": limit}
             event = ExecutionEvent(
-                "soft_limit",
-                f"{dimension} at {shown}: passed {fraction:g} of the limit",
-                {
-                    "dimension": dimension,
-                    "fraction": fraction,
-                    "used": used,
-                    "limit": limit,
-                    "context": self._name,
-                    "chain_id": self.chain_id,
-                },
+                "soft_limit", detail, {**data, "context": self._name, "chain_id": self.chain_id}
             )
             self._record_event(event, logging.WARNING)
             callback = self._on_warn

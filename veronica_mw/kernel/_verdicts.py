@@ -27,23 +27,20 @@ Editable: TypeAlias = "bool | Callable[[Any], Any]"
 _PROBE = TokenUsage(input_tokens=1000, output_tokens=1000)
 
 
-def commit(
+def _priced(
     ctx: ContextState, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
-) -> Decision:
-    """The call succeeded: commit its actual cost (an output check may reject the result first)."""
-    if node.status != "running":
-        return Decision.ALLOW
+) -> float:
     cost = _settle.actual_cost(ctx, node, result, cost_usd, usage, model)
     if node.fallback_model is not None and not node._downgraded:
         downgrade_unsupported(ctx, node)
-    if ctx._verifier is not None and node.kind == "llm" and result is not _UNSET:
-        rejection = ctx._verifier.verify(ctx, node, result)
-        if rejection is not None:
-            reject(ctx, node, cost, rejection)  # raises: the output must not be used
-    return settle_ok(ctx, node, result, cost)
+    return cost
 
 
-def settle_ok(ctx: ContextState, node: CallNode, result: Any, cost: float) -> Decision:
+def _checked(
+    ctx: ContextState, node: CallNode, result: Any, cost: float, rejection: Rejection | None
+) -> Decision:
+    if rejection is not None:
+        reject(ctx, node, cost, rejection)  # raises: the output must not be used
     over = _settle.close(ctx, node, "ok", cost, result=result)
     if node._probe:
         ctx._breaker.record_success()  # type: ignore[union-attr]
@@ -53,32 +50,30 @@ def settle_ok(ctx: ContextState, node: CallNode, result: Any, cost: float) -> De
     return Decision.ALLOW
 
 
-# -- output checks -------------------------------------------------------------------------------
+def commit(
+    ctx: ContextState, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
+) -> Decision:
+    """The call succeeded: commit its actual cost (an output check may reject the result first)."""
+    if node.status != "running":
+        return Decision.ALLOW
+    cost = _priced(ctx, node, result, cost_usd, usage, model)
+    verifier = ctx._verifier
+    checked = verifier is not None and node.kind == "llm" and result is not _UNSET
+    return _checked(ctx, node, result, cost, verifier.verify(ctx, node, result) if checked else None)  # type: ignore[union-attr]
 
 
 async def acommit(
     ctx: ContextState, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
 ) -> Decision:
+    """:func:`commit` for async callers: the checks and the budget parents' settle are awaited."""
+    if node.status != "running":
+        return Decision.ALLOW
+    cost = _priced(ctx, node, result, cost_usd, usage, model)
     verifier = ctx._verifier
-    if verifier is None or node.kind != "llm" or result is _UNSET or node.status != "running":
-        if not _settle.defer(ctx, node):
-            return commit(ctx, node, result, cost_usd, usage, model)
-        try:  # an async parent budget's settle is awaited after the sync step
-            return commit(ctx, node, result, cost_usd, usage, model)
-        finally:
-            await _settle.pay(ctx, node)
-    cost = _settle.actual_cost(ctx, node, result, cost_usd, usage, model)
-    if node.fallback_model is not None and not node._downgraded:
-        downgrade_unsupported(ctx, node)
-    rejection = await verifier.averify(ctx, node, result)
-    owed = _settle.defer(ctx, node)
-    try:
-        if rejection is not None:
-            reject(ctx, node, cost, rejection)
-        return settle_ok(ctx, node, result, cost)
-    finally:
-        if owed:
-            await _settle.pay(ctx, node)
+    rejection = None
+    if verifier is not None and node.kind == "llm" and result is not _UNSET:
+        rejection = await verifier.averify(ctx, node, result)
+    return await _settle.settled(ctx, node, lambda: _checked(ctx, node, result, cost, rejection))  # type: ignore[no-any-return]
 
 
 def reject(ctx: ContextState, node: CallNode, cost: float, rejection: Rejection) -> None:

@@ -125,24 +125,15 @@ class ExecutionContext(CallAPI):
     __slots__ = ()
 
     def __init__(
-        self,
-        config: ExecutionConfig,
-        pipeline: PolicyPipeline | None = None,
-        circuit_breaker: CircuitBreaker | None = None,
-        *,
-        budget_parent: BudgetParent | None = None,
-        graph_capacity: int = 10_000,
-        divergence_threshold: int = 25,
-        halt_on_divergence: bool = False,
-        timeout_pool: SharedTimeoutPool | None = None,
-        observers: Iterable[_obs.Observer] = (),
-        checks: Iterable[Any] | OutputVerifier | None = None,
-        audit: _obs.Observer | None = None,
+        self, config: ExecutionConfig, pipeline: PolicyPipeline | None = None,
+        circuit_breaker: CircuitBreaker | None = None, *, budget_parent: BudgetParent | None = None,
+        graph_capacity: int = 10_000, divergence_threshold: int = 25, halt_on_divergence: bool = False,
+        timeout_pool: SharedTimeoutPool | None = None, observers: Iterable[_obs.Observer] = (),
+        checks: Iterable[Any] | OutputVerifier | None = None, audit: _obs.Observer | None = None,
         attributes: Mapping[str, str] | None = None,
-        parent: ExecutionContext | None | _Parent = _Parent.CURRENT,
-        name: str = "",
+        parent: ExecutionContext | None | _Parent = _Parent.CURRENT, name: str = "",
         on_warn: Callable[[ExecutionEvent], Any] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         configure(
             self, config, pipeline, circuit_breaker, budget_parent, graph_capacity, divergence_threshold,
             halt_on_divergence, timeout_pool, observers, checks, audit, attributes, name, on_warn,

@@ -112,24 +112,9 @@ class ExecutionGraph:
         """Append a running call without a node object (the kernel's inline fast path): its id and
         how many times in a row its signature repeated."""
         node_id = self._next_id = self._next_id + 1
-        self._place(
-            node_id,
-            step,
-            time.monotonic(),
-            (
-                kind,
-                name,
-                parent_id,
-                0.0,
-                0,
-                0,
-                "running",
-                options.model,
-                options.cost_estimate_hint,
-                options,
-                None,
-            ),
-        )
+        hint = options.cost_estimate_hint
+        rec = (kind, name, parent_id, 0.0, 0, 0, "running", options.model, hint, options, None)
+        self._place(node_id, step, time.monotonic(), rec)
         self.total_nodes += 1
         return node_id, self._repeat(kind, name)
 
