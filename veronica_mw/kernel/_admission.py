@@ -2,7 +2,7 @@
 
 :func:`admit` asks every level of the lineage (root first: the top-most halt is the one named)
 for its deadline, halt and policies, then -- under the lineage's locks, taken root first so they
-cannot deadlock -- :meth:`~._ledger.Ledger.refuses`, and reserves one step and the cost hint in
+cannot deadlock -- the rule of :mod:`._ledger`, and reserves one step and the cost hint in
 every level or in none. :func:`begin` adds the budget parents (:func:`hold`; awaited by
 :func:`abegin`, the only difference between the two) and tells the observers.
 """
@@ -14,6 +14,7 @@ from typing import Any
 
 from . import _lineage, _settle
 from . import observer as _obs
+from ._ledger import EPSILON
 from ._node import HELD, CallNode, current_node
 from ._state import ContextState
 from ._verdicts import fallback_hint
@@ -69,11 +70,13 @@ def admit(
     hint = options.cost_estimate_hint
     name = options.operation_name or kind
     fallback: Any = None
-    for level in reversed(ctx._above):  # root first; a root has no ancestors
-        found = _clear(ctx, level, kind, name, hint, options)
-        if found is False:
-            return _REFUSED
-        fallback = found or fallback  # the nearest level's downgrade wins
+    above = ctx._above
+    if above:  # root first; a root has no ancestors
+        for level in reversed(above):
+            found = _clear(ctx, level, kind, name, hint, options)
+            if found is False:
+                return _REFUSED
+            fallback = found or fallback  # the nearest level's downgrade wins
     if ctx._deadline or ctx._pipeline is not None:
         found = _clear(ctx, ctx, kind, name, hint, options)
         if found is False:
@@ -95,8 +98,20 @@ def admit(
             existing = ctx._open_keys.get(key)
             if existing is not None:
                 return existing, False
+        priced = kind == "llm" or hint > 0.0
         for ledger in levels:
-            if ledger.refuses(kind, hint):
+            # The rule, for every level: not halted, a step left, and (for a model call, or any call
+            # with a hint) the hint fits and some budget is left. Written out: every call runs it.
+            config = ledger.config
+            if (
+                ledger.reason is not None
+                or ledger.steps >= config.max_steps
+                or priced
+                and (
+                    ledger.committed + ledger.reserved + hint > config.max_cost_usd + EPSILON
+                    or (kind == "llm" and ledger.committed + EPSILON >= config.max_cost_usd)
+                )
+            ):
                 refused = (levels.index(ledger), ledger.refusal(kind, hint))
                 break
         else:
@@ -127,12 +142,12 @@ def admit(
         return _REFUSED
     if own.steps > own.step_gate:  # the step limit, or a soft limit before it: warn
         ctx._soft_limit("steps")
-    for level in ctx._above:
+    for level in above:
         if level._ledger.steps > level._ledger.step_gate:
             level._soft_limit("steps")
     if repeats == ctx._graph_args[1]:
         if record:
-            node = promote(ctx, node, kind, options, parent_id)
+            node = _settle.promote(ctx, node, kind, options, parent_id)
         if diverged(ctx, node):
             return _REFUSED
     breaker = ctx._breaker
@@ -145,19 +160,6 @@ def admit(
             return _REFUSED
         node._probe = True
     return node, True
-
-
-def promote(
-    ctx: ContextState, node_id: int, kind: str, options: WrapOptions, parent_id: int | None
-) -> CallNode:
-    """The node object of a call admitted as a record, settled as any node from now on."""
-    with ctx._ledger.lock:
-        node = ctx._graph.promote(  # type: ignore[union-attr]
-            node_id, kind, options.operation_name or kind, parent_id, ctx._ledger.steps, options
-        )
-    node._ctx = ctx
-    node._options = options
-    return node
 
 
 def diverged(ctx: ContextState, node: CallNode) -> bool:

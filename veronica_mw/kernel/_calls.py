@@ -15,36 +15,17 @@ from typing import Any
 
 from . import _settle
 from . import observer as _obs
-from ._admission import abegin, admit, begin, promote
+from ._admission import abegin, admit, begin
 from ._io import call_request, response_text
 from ._node import CallNode, current_node
+from ._settle import promote
 from ._state import ContextState
 from ._verdicts import ToolCall, agate, approve
 from .config import WrapOptions
 from .exceptions import ExecutionHalted
 from .reasons import Decision
 
-_NO_USAGE = _settle._NO_USAGE
 _get_node = current_node.get
-
-
-def _outcome(
-    ctx: ContextState, node_id: int, kind: str, options: WrapOptions, parent: Any, result: Any
-) -> Decision:
-    """Settle a record's call that returned ``result``."""
-    if options.cost_fn is None and type(result) in _NO_USAGE:
-        cost: float | None = options.cost_estimate_hint
-    else:
-        cost = _settle.record_cost(ctx, options, result)
-    if cost is None:  # usage to price: the node's own settlement
-        return promote(ctx, node_id, kind, options, parent).commit(result)
-    over = _settle.close_record(ctx, node_id, kind, options, cost, result)
-    if over.__class__ is not bool:  # a layer below made the node meanwhile: settle that one
-        return over.commit(result)  # type: ignore[union-attr]
-    if over:
-        _settle.past_ceiling(ctx)
-        return Decision.HALT
-    return Decision.ALLOW
 
 
 def _refused(ctx: ContextState, decision: bool) -> Any:
@@ -80,7 +61,7 @@ def run(
                 raise
             finally:
                 current_node.reset(token)
-            outcome = _outcome(ctx, node, kind, options, parent, result)
+            outcome = _settle.close_record(ctx, node, kind, options, parent, result)
             return outcome if decision else result
     else:
         node = begin(ctx, kind, options, None, None, True)
@@ -152,7 +133,7 @@ async def arun(
                 raise
             finally:
                 current_node.reset(token)
-            outcome = _outcome(ctx, node, kind, options, parent, result)
+            outcome = _settle.close_record(ctx, node, kind, options, parent, result)
             return outcome if decision else result
     else:
         node = await abegin(ctx, kind, options, None, None, True)

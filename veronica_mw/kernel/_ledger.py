@@ -67,20 +67,6 @@ class Ledger:
 
     # -- the rule (held under the lock) --------------------------------------------------------------
 
-    def refuses(self, kind: str, hint: float) -> bool:
-        """Whether this level refuses a ``kind`` call reserving ``hint``: halted, no step left, or
-        the hint does not fit (a model call also needs some budget left, whatever its hint)."""
-        config = self.config
-        return (
-            self.reason is not None
-            or self.steps >= config.max_steps
-            or (kind == "llm" or hint > 0.0)
-            and (
-                self.committed + self.reserved + hint > config.max_cost_usd + EPSILON
-                or (kind == "llm" and self.committed + EPSILON >= config.max_cost_usd)
-            )
-        )
-
     def refusal(self, kind: str, hint: float, cost_only: bool = False) -> tuple[HaltReason | None, str, bool]:
         """Why this level refused (held under the lock): (reason -- None if halted already --,
         detail, whether the limit is reached: a step limit, or cost spent, not merely one hint

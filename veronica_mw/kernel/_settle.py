@@ -22,7 +22,7 @@ from ._validate import check_number
 from .config import WrapOptions
 from .exceptions import ExecutionHalted
 from .pricing import extract_usage, price_usage, usage_from_mapping
-from .reasons import HaltReason
+from .reasons import Decision, HaltReason
 
 _monotonic = time.monotonic
 _NO_USAGE = (type(None), str, bytes, int, float, bool)  # results extract_usage never reads
@@ -72,24 +72,48 @@ def close(
 
 
 def close_record(
-    ctx: ContextState, node_id: int, kind: str, options: WrapOptions, cost: float, result: Any
-) -> CallNode | bool:
-    """:func:`close` for a call of a plain context that has no node object (no ancestors, budget
-    parents or observers to tell); the node instead, if a layer below made one meanwhile."""
+    ctx: ContextState, node_id: int, kind: str, options: WrapOptions, parent: int | None, result: Any
+) -> Decision:
+    """:func:`close` for a call of a plain context kept as a record (no ancestors, budget parents
+    or observers to tell); a node's own settle when the result has usage to price or a layer
+    below made the call's node meanwhile."""
+    cost = options.cost_estimate_hint
+    if options.cost_fn is not None or type(result) not in _NO_USAGE:
+        found = record_cost(ctx, options, result)
+        if found is None:
+            return promote(ctx, node_id, kind, options, parent).commit(result)
+        cost = found
     own = ctx._ledger
     lock = own.lock
     lock.acquire()  # not ``with``: the context-manager protocol doubles what a lock costs
+    graph: Any = ctx._graph
+    node = graph._live.pop(node_id, None) if graph._live else None
+    if node is not None:  # a layer below took it as its node (graph.get): settle that one
+        lock.release()
+        return node.commit(result)  # type: ignore[no-any-return]
     try:
-        graph: Any = ctx._graph
-        node = graph._live.pop(node_id, None) if graph._live else None
-        if node is not None:  # a layer below took it as its node (graph.get): settle that one
-            return node  # type: ignore[no-any-return]
         gated = own.settle(options.cost_estimate_hint, cost, False)
         graph.close(node_id, kind, "ok", cost)
         ctx._partial = result
     finally:
         lock.release()
-    return gated and ctx._cost_passed()
+    if gated and ctx._cost_passed():
+        past_ceiling(ctx)
+        return Decision.HALT
+    return Decision.ALLOW
+
+
+def promote(
+    ctx: ContextState, node_id: int, kind: str, options: WrapOptions, parent_id: int | None
+) -> CallNode:
+    """The node object of a call admitted as a record, settled as any node from now on."""
+    with ctx._ledger.lock:
+        node = ctx._graph.promote(  # type: ignore[union-attr]
+            node_id, kind, options.operation_name or kind, parent_id, ctx._ledger.steps, options
+        )
+    node._ctx = ctx
+    node._options = options
+    return node
 
 
 def _past(level: ContextState) -> str:

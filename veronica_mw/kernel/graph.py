@@ -17,6 +17,8 @@ from typing import Any
 from ._node import _UNSET, CallNode, current_node
 from .config import WrapOptions
 
+_monotonic = time.monotonic
+
 __all__ = ["_UNSET", "Aggregate", "CallNode", "ExecutionGraph", "current_node"]
 
 
@@ -109,14 +111,26 @@ class ExecutionGraph:
     def open(
         self, kind: str, name: str, parent_id: int | None, step: int, options: WrapOptions
     ) -> tuple[int, int]:
-        """Append a running call without a node object (the kernel's inline fast path): its id and
-        how many times in a row its signature repeated."""
+        """Append a running call without a node object (the kernel's plain path): its id and how
+        many times in a row its signature repeated (:meth:`_place` and :meth:`_repeat`, written
+        out: every call of a plain context comes here)."""
         node_id = self._next_id = self._next_id + 1
         hint = options.cost_estimate_hint
         rec = (kind, name, parent_id, 0.0, 0, 0, "running", options.model, hint, options, None)
-        self._place(node_id, step, time.monotonic(), rec)
+        if node_id <= self.capacity:
+            self._ids.append(node_id)
+            self._steps.append(step)
+            self._t0.append(_monotonic())
+            self._t1.append(0.0)
+            self._recs.append(rec)
+        else:
+            self._place(node_id, step, _monotonic(), rec)
         self.total_nodes += 1
-        return node_id, self._repeat(kind, name)
+        if kind == self._last_kind and name == self._last_name:
+            self._repeats += 1
+            return node_id, self._repeats
+        self._last_kind, self._last_name, self._repeats = kind, name, 1
+        return node_id, 1
 
     def close(self, node_id: int, kind: str, status: str, cost: float) -> None:
         """Settle a call begun with :meth:`open` that no node object was made for."""
@@ -125,9 +139,11 @@ class ExecutionGraph:
             rec: Any = self._recs[i]  # a record: only the inline path opens and closes by id
             self._recs[i] = (rec[0], rec[1], rec[2], cost, 0, 0, status, rec[7], rec[8], rec[9], None)
             self._t1[i] = time.monotonic()
-        agg = self._aggregates.get((kind, status))
+        agg = (self._ok.get(kind) or self._ok_aggregate(kind)) if status == "ok" else None
         if agg is None:
-            agg = self._aggregates[(kind, status)] = Aggregate()
+            agg = self._aggregates.get((kind, status))
+            if agg is None:
+                agg = self._aggregates[(kind, status)] = Aggregate()
         agg.count += 1
         agg.cost_usd += cost
 
