@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._version import __version__ as __version__
 from .control import (
     ApprovalQueue,
     ApprovalRequest,
@@ -43,8 +44,6 @@ from .pools.distributed_breaker import DistributedCircuitBreaker
 from .pools.redis_backend import RedisBudgetBackend
 from .web.asgi import VeronicaASGIMiddleware
 from .web.wsgi import VeronicaWSGIMiddleware
-
-__version__ = "0.1.0"
 
 # OpenTelemetry is on when opentelemetry-api is installed (VERONICA_MW_OTEL=0 turns it off); this
 # registers a stand-in observer and imports no opentelemetry module (see veronica_mw.observe.otel).

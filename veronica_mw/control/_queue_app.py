@@ -34,7 +34,6 @@ from .approval import Approve, Edit, Reject
 
 if TYPE_CHECKING:
     from ..web.types import Receive, Scope, Send
-    from .queue import ApprovalQueue
 
 logger = logging.getLogger("veronica_mw")
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -43,7 +42,8 @@ _STATUS_TEXT = {"unknown": (404, "unknown request"), "decided": (409, "request a
 
 
 class ApprovalsApp:
-    def __init__(self, queue: ApprovalQueue, *, title: str) -> None:
+    # ``queue``: the ApprovalQueue (typed Any: queue imports this module, no import circle).
+    def __init__(self, queue: Any, *, title: str) -> None:
         self._queue = queue
         self._title = title
         self._gate = Gate(queue)

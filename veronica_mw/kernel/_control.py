@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .execution import ExecutionContext
-    from .graph import CallNode
+    from ._node import CallNode
+
+# ``ctx`` below is the :class:`~veronica_mw.ExecutionContext` asking (typed ``Any``: the context's
+# module imports this one); implementations annotate it precisely.
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +39,9 @@ class Rejection:
 
 @runtime_checkable
 class OutputVerifier(Protocol):
-    def verify(self, ctx: ExecutionContext, node: CallNode, result: Any) -> Rejection | None: ...
+    def verify(self, ctx: Any, node: CallNode, result: Any) -> Rejection | None: ...
 
-    async def averify(self, ctx: ExecutionContext, node: CallNode, result: Any) -> Rejection | None: ...
+    async def averify(self, ctx: Any, node: CallNode, result: Any) -> Rejection | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +62,9 @@ class ApprovalGate(Protocol):
 
     def gates(self, tool: str) -> bool: ...
 
-    def decide(self, ctx: ExecutionContext, node: CallNode, arguments: Any) -> GateVerdict: ...
+    def decide(self, ctx: Any, node: CallNode, arguments: Any) -> GateVerdict: ...
 
-    async def adecide(self, ctx: ExecutionContext, node: CallNode, arguments: Any) -> GateVerdict: ...
+    async def adecide(self, ctx: Any, node: CallNode, arguments: Any) -> GateVerdict: ...
 
 
 _builder: Callable[[tuple[Any, ...]], OutputVerifier] | None = None

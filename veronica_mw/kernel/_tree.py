@@ -1,107 +1,50 @@
-"""Sub-agent budgets and the cost tree: ``ctx.child(...)``, ``ctx.tree()`` and the context's family.
+"""The context tree: how a context nests in another (:func:`bind`), and :func:`format_tree`, which
+renders a snapshot and its children as text (name, steps, cost against its limit, status).
 
-A coordinator gives each sub-agent its own share with :meth:`Family.child`; whatever share it
-gets, the sub-agent's calls also count in the coordinator (see :mod:`._nesting`), so the shares
-can never add up to more than the coordinator may spend. :func:`format_tree` renders a snapshot
-and its children as text: name, steps, cost against its limit, and status per context.
+A nested context's every call also counts in each ancestor (its lineage of ledgers, see
+:mod:`._ledger`), so no context nested in another can spend past the enclosing limits; it inherits
+the nearest circuit breaker, timeout pool and output checks, every budget parent above, the
+observers and ``on_warn``; an ancestor's halt halts it at its next call.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import deque
-from typing import TYPE_CHECKING, Any
-
-from .config import ExecutionConfig
-
-if TYPE_CHECKING:
-    from .execution import ExecutionContext
-    from .snapshot import ExecutionSnapshot
-
-# A parent keeps its most recent children for snapshots and the tree (its own counters already
-# include every child's usage, however many there were).
-MAX_CHILDREN = 256
+from ._lineage import is_async
+from ._state import ContextState
+from .parent import BudgetParent
+from .snapshot import ExecutionSnapshot
 
 
-class Family:
-    """Mixin of :class:`~veronica_mw.ExecutionContext`; the slots live there."""
+def bind(ctx: ContextState, parent: ContextState) -> None:
+    """Make ``ctx`` a child of ``parent`` (before ``ctx`` made any call)."""
+    ctx._up = parent
+    ctx._bound = True
+    ctx._plain = False  # its calls count in every ancestor: never as records
+    ctx._above = (parent, *parent._above)
+    ctx._levels = (ctx._ledger, *(level._ledger for level in ctx._above))
+    ctx._down = ctx._levels[::-1]  # root first: the order every thread takes the locks in
+    if ctx._breaker is None:  # the nearest breaker guards the upstream the child calls
+        ctx._breaker = parent._breaker
+    if ctx._pool is None:
+        ctx._pool = parent._pool
+    if ctx._verifier is None:  # the enclosing output checks apply to the child's model calls too
+        ctx._verifier = parent._verifier
+    budgets: list[BudgetParent] = list(ctx._budgets)
+    for budget in parent._budgets:
+        if all(budget is not b for b in budgets):
+            budgets.append(budget)
+    ctx._budgets = tuple(budgets)
+    ctx._abudgets = any(is_async(budget) for budget in budgets)
+    if parent._observers:  # an audit log of the parent also sees its children's calls
+        own = ctx._observers
+        ctx._observers = (*parent._observers, *(o for o in own if o not in parent._observers))
+    if ctx._on_warn is None:
+        ctx._on_warn = parent._on_warn
+    parent._add_child(ctx)
 
-    if not TYPE_CHECKING:
-        __slots__ = ()
 
-    if TYPE_CHECKING:
-        config: ExecutionConfig
-        _lock: threading.Lock
-        _steps: int
-        _committed: float
-        _reserved: float
-        _retries: int
-        _deadline: float
-        _up: ExecutionContext | None
-        _name: str
-        _children: deque[ExecutionContext] | None
-
-        def get_snapshot(self) -> ExecutionSnapshot: ...
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def parent(self) -> ExecutionContext | None:
-        """The enclosing context whose limits this one's calls also count against (None: a root)."""
-        return self._up
-
-    @property
-    def children(self) -> list[ExecutionContext]:
-        """The contexts nested in this one (the most recent ``MAX_CHILDREN``), oldest first."""
-        return list(self._children or ())
-
-    def _add_child(self, child: ExecutionContext) -> None:
-        with self._lock:
-            if self._children is None:
-                self._children = deque(maxlen=MAX_CHILDREN)
-            self._children.append(child)
-
-    def child(
-        self,
-        name: str,
-        *,
-        max_cost_usd: float | None = None,
-        max_steps: int | None = None,
-        max_retries_total: int | None = None,
-        timeout_ms: float | None = None,
-    ) -> ExecutionContext:
-        """A child context for a sub-agent, with its own limits; an omitted limit is what this
-        context has left now. Its calls count here too, so it can never spend past this context.
-        Not entered: use ``with ctx.child(...) as sub:`` or call through it directly.
-        """
-        from .execution import ExecutionContext  # the mixin is part of that class
-
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, got {type(name).__name__}")
-        config = self.config
-        with self._lock:
-            cost_left = max(0.0, config.max_cost_usd - self._committed - self._reserved)
-            steps_left = max(0, config.max_steps - self._steps)
-            retries_left = max(0, config.max_retries_total - self._retries)
-        if timeout_ms is None:
-            # Zero would mean "no deadline"; this context's deadline still applies to the child.
-            timeout_ms = max(0.0, (self._deadline - time.monotonic()) * 1000.0) if self._deadline else 0
-        limits = ExecutionConfig(
-            max_cost_usd=cost_left if max_cost_usd is None else max_cost_usd,
-            max_steps=steps_left if max_steps is None else max_steps,
-            max_retries_total=retries_left if max_retries_total is None else max_retries_total,
-            timeout_ms=timeout_ms,
-            warn_at=config.warn_at,
-        )
-        parent: Any = self
-        return ExecutionContext(limits, parent=parent, name=name)
-
-    def tree(self, *, ascii: bool = False) -> str:
-        """This context and the ones nested in it, one line each: name, steps, cost / limit, status."""
-        return format_tree(self.get_snapshot(), ascii=ascii)
+def is_ancestor(candidate: ContextState, ctx: ContextState) -> bool:
+    return any(level is candidate for level in ctx._above)
 
 
 def _line(snapshot: ExecutionSnapshot) -> str:

@@ -1,233 +1,224 @@
-"""Verdicts on calls: output checks at settle time, approvals at admission, downgrade bookkeeping.
+"""Verdicts on calls: output checks when a model call is committed, approvals before a tool call
+runs, and the bookkeeping of a model downgrade.
 
-The part of :class:`~veronica_mw.ExecutionContext` that applies what ``veronica_mw.control`` decided
-(see :mod:`veronica_mw.kernel._control` for the hooks). Whatever a check or an approver says, the
-ledger stays exact: a rejected model output still commits what the call cost, a rejected tool call
-keeps its step (it is a node of the graph) and costs nothing.
+What ``veronica_mw.control`` decided is applied here (see :mod:`._control` for the hooks). Whatever
+a check or an approver says, the ledger stays exact: a rejected model output still commits what
+the call cost, a rejected tool call keeps its step (it is a node of the graph) and costs nothing.
 """
 
 from __future__ import annotations
 
 import inspect
-import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
+from . import _lineage, _settle
 from ._control import GateVerdict, Rejection
+from ._node import _UNSET, CallNode
+from ._state import ContextState
 from .config import WrapOptions
-from .exceptions import ExecutionHalted, OutputRejected, ToolCallRejected
-from .graph import _UNSET, CallNode
+from .exceptions import OutputRejected, ToolCallRejected
 from .pricing import TokenUsage, price_usage
 from .reasons import Decision, HaltReason
-
-if TYPE_CHECKING:
-    from ._control import OutputVerifier
-    from .circuit_breaker import CircuitBreaker
 
 Editable: TypeAlias = "bool | Callable[[Any], Any]"
 # The usage both prices are compared on when a fallback's reservation is recomputed.
 _PROBE = TokenUsage(input_tokens=1000, output_tokens=1000)
 
 
-class Verdicts:
-    """Mixin of :class:`~veronica_mw.ExecutionContext`; see that class for the state it uses."""
+def _priced(
+    ctx: ContextState, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
+) -> float:
+    cost = _settle.actual_cost(ctx, node, result, cost_usd, usage, model)
+    if node.fallback_model is not None and not node._downgraded:
+        downgrade_unsupported(ctx, node)
+    return cost
 
-    __slots__ = ()
 
-    if TYPE_CHECKING:
-        _lock: threading.Lock
-        _verifier: OutputVerifier | None
-        _breaker: CircuitBreaker | None
-        _reason: str | None
-        _committed: float
-        _deadline: float
+def _checked(
+    ctx: ContextState, node: CallNode, result: Any, cost: float, rejection: Rejection | None
+) -> Decision:
+    if rejection is not None:
+        reject(ctx, node, cost, rejection)  # raises: the output must not be used
+    over = _settle.close(ctx, node, "ok", cost, result=result)
+    if node._probe:
+        ctx._breaker.record_success()  # type: ignore[union-attr]
+    if over:
+        _settle.past_ceiling(ctx)
+        return Decision.HALT
+    return Decision.ALLOW
 
-        @property
-        def chain_id(self) -> str: ...
-        def _abort(
-            self,
-            reason: HaltReason,
-            detail: str = "",
-            retry_after: float | None = None,
-            http_status: int = 429,
-        ) -> None: ...
-        def _close(
-            self,
-            node: CallNode,
-            status: str,
-            cost: float,
-            *,
-            refund_step: bool = False,
-            result: Any = _UNSET,
-            error: BaseException | None = None,
-        ) -> bool | None: ...
-        def _commit(
-            self, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
-        ) -> Decision: ...
-        def _actual_cost(
-            self, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
-        ) -> float: ...
-        def _settle_ok(self, node: CallNode, result: Any, cost: float) -> Decision: ...
-        def _past_ceiling(self) -> None: ...
-        def _recorded_ids(self) -> str | tuple[str, ...]: ...
-        @property
-        def aborted(self) -> bool: ...
-        def add_event(self, kind: str, detail: str, **data: Any) -> None: ...
-        def record_retry(self, exc: BaseException | None = None) -> bool: ...
-        def halted_error(self) -> ExecutionHalted: ...
-        def _on_deadline(self) -> None: ...
-        def get_events(self) -> list[Any]: ...
-        def _owe(self, node: CallNode) -> bool: ...
-        async def _pay(self, node: CallNode) -> None: ...
 
-    # -- output checks -------------------------------------------------------------------------------
+def commit(
+    ctx: ContextState, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
+) -> Decision:
+    """The call succeeded: commit its actual cost (an output check may reject the result first)."""
+    if node.status != "running":
+        return Decision.ALLOW
+    cost = _priced(ctx, node, result, cost_usd, usage, model)
+    verifier = ctx._verifier
+    checked = verifier is not None and node.kind == "llm" and result is not _UNSET
+    return _checked(ctx, node, result, cost, verifier.verify(ctx, node, result) if checked else None)  # type: ignore[union-attr]
 
-    async def _acommit(
-        self, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
-    ) -> Decision:
-        verifier = self._verifier
-        if verifier is None or node.kind != "llm" or result is _UNSET or node.status != "running":
-            if not self._owe(node):
-                return self._commit(node, result, cost_usd, usage, model)
-            try:  # an async parent budget's settle is awaited after the sync step
-                return self._commit(node, result, cost_usd, usage, model)
-            finally:
-                await self._pay(node)
-        cost = self._actual_cost(node, result, cost_usd, usage, model)
-        if node.fallback_model is not None and not node._downgraded:
-            self._downgrade_unsupported(node)
-        rejection = await verifier.averify(self, node, result)  # type: ignore[arg-type]
-        owed = self._owe(node)
-        try:
-            if rejection is not None:
-                self._reject(node, cost, rejection)
-            return self._settle_ok(node, result, cost)
-        finally:
-            if owed:
-                await self._pay(node)
 
-    def _reject(self, node: CallNode, cost: float, rejection: Rejection) -> None:
-        """The output failed a check: commit what the call cost, then re-ask or halt (always raises)."""
-        exc = OutputRejected(rejection.check, rejection.message, rejection.feedback, rejection.output)
-        exc.__veronica_recorded__ = self._recorded_ids()  # type: ignore[attr-defined]  # retry drawn here
-        over = self._close(node, "rejected", cost, error=exc)
-        if over is None:  # another hook settled this call meanwhile: nothing to draw or halt
-            raise exc
-        if node._probe:  # the provider answered: an unusable answer is no outage
-            self._breaker.record_success()  # type: ignore[union-attr]
-        if over:
-            self._past_ceiling()  # its own ceiling, or (nested) an ancestor's
-            raise self.halted_error() from exc
-        if rejection.action == "halt":
-            detail = f"check {rejection.check!r} failed: {rejection.message}"
-            self._abort(HaltReason.VERIFICATION_FAILED, detail, http_status=502)
-            raise self.halted_error() from exc
-        if not self.record_retry(exc):
-            raise self.halted_error() from exc
+async def acommit(
+    ctx: ContextState, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
+) -> Decision:
+    """:func:`commit` for async callers: the checks and the budget parents' settle are awaited."""
+    if node.status != "running":
+        return Decision.ALLOW
+    cost = _priced(ctx, node, result, cost_usd, usage, model)
+    verifier = ctx._verifier
+    rejection = None
+    if verifier is not None and node.kind == "llm" and result is not _UNSET:
+        rejection = await verifier.averify(ctx, node, result)
+    return await _settle.settled(ctx, node, lambda: _checked(ctx, node, result, cost, rejection))  # type: ignore[no-any-return]
+
+
+def reject(ctx: ContextState, node: CallNode, cost: float, rejection: Rejection) -> None:
+    """The output failed a check: commit what the call cost, then re-ask or halt (always raises)."""
+    exc = OutputRejected(rejection.check, rejection.message, rejection.feedback, rejection.output)
+    exc.__veronica_recorded__ = _settle.recorded_ids(ctx)  # type: ignore[attr-defined]  # retry drawn here
+    over = _settle.close(ctx, node, "rejected", cost, error=exc)
+    if over is None:  # another hook settled this call meanwhile: nothing to draw or halt
         raise exc
+    if node._probe:  # the provider answered: an unusable answer is no outage
+        ctx._breaker.record_success()  # type: ignore[union-attr]
+    if over:
+        _settle.past_ceiling(ctx)  # its own ceiling, or (nested) an ancestor's
+        raise ctx.halted_error() from exc
+    if rejection.action == "halt":
+        detail = f"check {rejection.check!r} failed: {rejection.message}"
+        ctx._abort(HaltReason.VERIFICATION_FAILED, detail, http_status=502)
+        raise ctx.halted_error() from exc
+    if not _lineage.record_retry(ctx, exc):
+        raise ctx.halted_error() from exc
+    raise exc
 
-    # -- downgrade -----------------------------------------------------------------------------------
 
-    def _fallback_hint(self, hint: float, options: WrapOptions, fallback: str) -> float:
-        """``hint`` scaled by the fallback's price relative to the requested model's (same usage).
+# -- downgrade -----------------------------------------------------------------------------------
 
-        Unknown prices keep the hint: the ceiling is enforced on actual costs either way.
-        """
-        if hint <= 0.0 or not options.model or options.model == fallback:
-            return hint
+
+def fallback_hint(hint: float, options: WrapOptions, fallback: str) -> float:
+    """``hint`` scaled by the fallback's price relative to the requested model's (same usage).
+
+    Unknown prices keep the hint: the ceiling is enforced on actual costs either way.
+    """
+    if hint <= 0.0 or not options.model or options.model == fallback:
+        return hint
+    try:
+        requested = price_usage(_PROBE, options.model, options.provider)
+        cheaper = price_usage(_PROBE, fallback, options.provider)
+    except LookupError:
+        return hint
+    return hint * cheaper / requested if requested > 0.0 else hint
+
+
+def downgraded(ctx: ContextState, node: CallNode, requested: str | None) -> None:
+    node._downgraded = True
+    original = requested or node.model
+    node.model = node.fallback_model  # priced, and traced, as the model actually called
+    # One event per call (observers rename that call's span after it); the context's own
+    # event list keeps only the most recent ones.
+    ctx.add_event(
+        "downgraded",
+        f"{node.name}: {original} -> {node.fallback_model}",
+        from_model=original,
+        to_model=node.fallback_model,
+        node_id=node.node_id,
+    )
+
+
+def downgrade_unsupported(ctx: ContextState, node: CallNode) -> None:
+    node._downgraded = True  # said once for this call ...
+    if any(event.kind == "downgrade_unsupported" for event in ctx.get_events()):
+        return  # ... and once for the context
+    ctx.add_event(
+        "downgrade_unsupported",
+        f"{node.name}: the adapter could not switch to {node.fallback_model}; the call ran unchanged",
+        model=node.model,
+        fallback_model=node.fallback_model,
+    )
+
+
+# -- approvals -----------------------------------------------------------------------------------
+
+
+def _take_gates(ctx: ContextState, node: CallNode) -> tuple[Any, ...]:
+    with ctx._ledger.lock:  # several hooks may see one keyed call: only the first one asks
+        gates, node._gates = node._gates, ()
+    return gates
+
+
+def approve(ctx: ContextState, node: CallNode, arguments: Any, editable: Editable) -> None:
+    """Ask every gate matching this tool call before it runs (blocking); raise on a rejection.
+
+    ``editable``: whether the caller can run the tool with edited arguments, or a function
+    that raises TypeError/ValueError for edited arguments that do not fit the tool.
+    """
+    for gate in _take_gates(ctx, node):
         try:
-            requested = price_usage(_PROBE, options.model, options.provider)
-            cheaper = price_usage(_PROBE, fallback, options.provider)
-        except LookupError:
-            return hint
-        return hint * cheaper / requested if requested > 0.0 else hint
+            verdict = gate.decide(ctx, node, arguments)
+        except Exception as exc:  # fail closed: a broken approver is a rejection
+            verdict = GateVerdict(False, f"approver failed: {type(exc).__name__}: {exc}")
+        arguments = _apply_verdict(ctx, node, verdict, arguments, editable)
 
-    def _downgraded(self, node: CallNode, requested: str | None) -> None:
-        node._downgraded = True
-        original = requested or node.model
-        node.model = node.fallback_model  # priced, and traced, as the model actually called
-        # One event per call (observers rename that call's span after it); the context's own
-        # event list keeps only the most recent ones.
-        self.add_event(
-            "downgraded",
-            f"{node.name}: {original} -> {node.fallback_model}",
-            from_model=original,
-            to_model=node.fallback_model,
-            node_id=node.node_id,
-        )
 
-    def _downgrade_unsupported(self, node: CallNode) -> None:
-        node._downgraded = True  # said once for this call ...
-        if any(event.kind == "downgrade_unsupported" for event in self.get_events()):
-            return  # ... and once for the context
-        self.add_event(
-            "downgrade_unsupported",
-            f"{node.name}: the adapter could not switch to {node.fallback_model}; the call ran unchanged",
-            model=node.model,
-            fallback_model=node.fallback_model,
-        )
+async def aapprove(ctx: ContextState, node: CallNode, arguments: Any, editable: Editable) -> None:
+    """:func:`approve` for async callers: waiting for a person never blocks the event loop."""
+    for gate in _take_gates(ctx, node):
+        try:
+            verdict = await gate.adecide(ctx, node, arguments)
+        except Exception as exc:
+            verdict = GateVerdict(False, f"approver failed: {type(exc).__name__}: {exc}")
+        arguments = _apply_verdict(ctx, node, verdict, arguments, editable)
 
-    # -- approvals -----------------------------------------------------------------------------------
 
-    def _take_gates(self, node: CallNode) -> tuple[Any, ...]:
-        with self._lock:  # several hooks may see one keyed call: only the first one asks
-            gates, node._gates = node._gates, ()
-        return gates
+async def agate(ctx: ContextState, node: CallNode, arguments: Any, editable: Editable) -> None:
+    """:func:`aapprove` for a node begun by the coroutine API: a rejection closes the node, and the
+    budget parents' settle that leaves is awaited."""
+    owed = _settle.defer(ctx, node)
+    try:
+        await aapprove(ctx, node, arguments, editable)
+    finally:
+        if owed:
+            await _settle.pay(ctx, node)
 
-    def _approve(self, node: CallNode, arguments: Any, editable: Editable) -> None:
-        """Ask every gate matching this tool call before it runs (blocking); raise on a rejection.
 
-        ``editable``: whether the caller can run the tool with edited arguments, or a function
-        that raises TypeError/ValueError for edited arguments that do not fit the tool.
-        """
-        for gate in self._take_gates(node):
+def _apply_verdict(
+    ctx: ContextState, node: CallNode, verdict: Any, arguments: Any, editable: Editable
+) -> Any:
+    if not isinstance(verdict, GateVerdict):
+        verdict = GateVerdict(False, f"malformed approval verdict {verdict!r}")
+    if verdict.approved and verdict.edited:
+        problem = ""
+        if not editable:
+            problem = "the approver edited the arguments, but this adapter cannot pass edited arguments"
+        elif callable(editable):
             try:
-                verdict = gate.decide(self, node, arguments)
-            except Exception as exc:  # fail closed: a broken approver is a rejection
-                verdict = GateVerdict(False, f"approver failed: {type(exc).__name__}: {exc}")
-            arguments = self._apply_verdict(node, verdict, arguments, editable)
-
-    async def _aapprove(self, node: CallNode, arguments: Any, editable: Editable) -> None:
-        """:meth:`_approve` for async callers: waiting for a person never blocks the event loop."""
-        for gate in self._take_gates(node):
-            try:
-                verdict = await gate.adecide(self, node, arguments)
-            except Exception as exc:
-                verdict = GateVerdict(False, f"approver failed: {type(exc).__name__}: {exc}")
-            arguments = self._apply_verdict(node, verdict, arguments, editable)
-
-    def _apply_verdict(self, node: CallNode, verdict: Any, arguments: Any, editable: Editable) -> Any:
-        if not isinstance(verdict, GateVerdict):
-            verdict = GateVerdict(False, f"malformed approval verdict {verdict!r}")
-        if verdict.approved and verdict.edited:
-            problem = ""
-            if not editable:
-                problem = "the approver edited the arguments, but this adapter cannot pass edited arguments"
-            elif callable(editable):
-                try:
-                    editable(verdict.arguments)
-                except (TypeError, ValueError) as exc:
-                    problem = f"the edited arguments do not fit the tool: {exc}"
-            if problem:
-                verdict = GateVerdict(False, problem, on_reject=verdict.on_reject, gate=verdict.gate)
-        if verdict.approved:
-            if self._deadline and time.monotonic() >= self._deadline:
-                self._on_deadline()
-            if self.aborted:  # halted (a timeout, an ancestor's) while waiting: the tool must not run
-                self._close(node, "halted", 0.0)
-                raise self.halted_error()
-            if verdict.edited:
-                node.edited_arguments = verdict.arguments
-                return verdict.arguments
-            return arguments
-        self._close(node, "rejected", 0.0)  # never ran; the decision stays a step of the graph
-        message = verdict.message or "rejected"
-        if verdict.on_reject == "message":
-            raise ToolCallRejected(node.name, message)
-        detail = f"{verdict.gate}: tool {node.name!r} rejected: {message}"
-        self._abort(HaltReason.POLICY_DENIED, detail, http_status=403)
-        raise self.halted_error()
+                editable(verdict.arguments)
+            except (TypeError, ValueError) as exc:
+                problem = f"the edited arguments do not fit the tool: {exc}"
+        if problem:
+            verdict = GateVerdict(False, problem, on_reject=verdict.on_reject, gate=verdict.gate)
+    if verdict.approved:
+        if ctx._deadline and time.monotonic() >= ctx._deadline:
+            ctx._on_deadline()
+        if ctx.aborted:  # halted (a timeout, an ancestor's) while waiting: the tool must not run
+            _settle.close(ctx, node, "halted", 0.0)
+            raise ctx.halted_error()
+        if verdict.edited:
+            node.edited_arguments = verdict.arguments
+            return verdict.arguments
+        return arguments
+    _settle.close(ctx, node, "rejected", 0.0)  # never ran; the decision stays a step of the graph
+    message = verdict.message or "rejected"
+    if verdict.on_reject == "message":
+        raise ToolCallRejected(node.name, message)
+    detail = f"{verdict.gate}: tool {node.name!r} rejected: {message}"
+    ctx._abort(HaltReason.POLICY_DENIED, detail, http_status=403)
+    raise ctx.halted_error()
 
 
 class ToolCall:

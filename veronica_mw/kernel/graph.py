@@ -1,4 +1,4 @@
-"""Call graph of a context: one node per LLM/tool call, with bounded memory.
+"""ExecutionGraph: a context's calls, in a bounded ring of compact records, and totals of all.
 
 The most recent ``capacity`` calls are kept in a ring buffer of compact records; older ones only
 survive in the per-(kind, status) aggregates, so a context making a million calls holds at most
@@ -7,218 +7,19 @@ survive in the per-(kind, status) aggregates, so a context making a million call
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from array import array
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._io import jsonable
-from .config import DEFAULT_OPTIONS, WrapOptions
-from .reasons import Decision
+from ._node import _UNSET, CallNode, current_node
+from .config import WrapOptions
 
-if TYPE_CHECKING:
-    from .execution import ExecutionContext
-    from .pricing import TokenUsage
+_monotonic = time.monotonic
 
-_UNSET: Any = object()
-
-
-class CallNode:
-    """One call in the graph, and the handle of the two-phase API.
-
-    ``ctx.begin_call(...)`` returns it; exactly one of :meth:`commit`, :meth:`fail` or
-    :meth:`release` settles it (later ones are no-ops, so several hooks may report one call).
-
-    For observers: ``step`` is the call's 1-based step number in its context, ``options`` the
-    :class:`~veronica_mw.WrapOptions` it was admitted with, ``response_model`` the model its
-    settlement reported (None when none was), and ``inline`` says the kernel itself runs the call
-    (the ``wrap_*``/``call_*`` forms), so it ends on the thread and ``contextvars`` context it
-    started in; a ``begin_call`` node may be settled anywhere.
-    """
-
-    __slots__ = (
-        "node_id",
-        "kind",
-        "name",
-        "parent_id",
-        "started",
-        "ended",
-        "cost_usd",
-        "tokens_in",
-        "tokens_out",
-        "status",
-        "model",
-        "reserved_usd",
-        "key",
-        "step",
-        "inline",
-        "response_model",
-        "fallback_model",
-        "edited_arguments",
-        "checks",
-        "reported_usage",
-        "io",
-        "_ctx",
-        "_options",
-        "_probe",
-        "_held",
-        "_seen",
-        "_downgraded",
-        "_gates",
-    )
-
-    def __init__(self, node_id: int, kind: str, name: str, parent_id: int | None) -> None:
-        self.node_id = node_id
-        self.kind = kind
-        self.name = name
-        self.parent_id = parent_id
-        self.started = time.monotonic()
-        self.ended = 0.0
-        self.cost_usd = 0.0
-        self.tokens_in = 0
-        self.tokens_out = 0
-        self.status = "running"
-        self.model: str | None = None
-        self.reserved_usd = 0.0
-        self.key: Any = None
-        self.step = 0
-        self.inline = False
-        self.response_model: str | None = None
-        # Set by a policy that modifies the call: the model to call instead (see ``downgraded``).
-        self.fallback_model: str | None = None
-        # Set when an approver edited a tool call's arguments: run the tool with these.
-        self.edited_arguments: Any = None
-        # What the output checks said about a model call (``CheckResult`` objects).
-        self.checks: tuple[Any, ...] = ()
-        # Usage a layer underneath the one settling this call saw (a provider SDK's response under a
-        # framework's model run): priced when the settling layer itself reports none.
-        self.reported_usage: tuple[TokenUsage, str | None] | None = None
-        # Request/response bodies, a dict only when an observer asked for them (see record_io).
-        self.io: dict[str, Any] | None = None
-        self._ctx: ExecutionContext | None = None
-        self._options: Any = None
-        self._probe = False
-        self._held = 0  # the parent budget's hold (see _ledger: FREE, HELD, AWAITED, OWED)
-        self._seen = False  # observers were told it started, so they are told it ended
-        self._downgraded = False
-        self._gates: tuple[Any, ...] = ()  # approval gates still to ask (tool calls)
-
-    @property
-    def options(self) -> WrapOptions:
-        return self._options or DEFAULT_OPTIONS
-
-    @property
-    def settled(self) -> bool:
-        return self.status != "running"
-
-    @property
-    def context(self) -> ExecutionContext | None:
-        """The context this call runs in, until it is settled."""
-        return self._ctx
-
-    @property
-    def duration_ms(self) -> float:
-        return ((self.ended or time.monotonic()) - self.started) * 1000.0
-
-    def commit(
-        self,
-        result: Any = _UNSET,
-        *,
-        cost_usd: float | None = None,
-        usage: TokenUsage | Any = None,
-        model: str | None = None,
-    ) -> Decision:
-        """The call succeeded: commit its actual cost (explicit, from ``usage``, from ``result``,
-        else the reserved hint). Returns HALT when this cost took the context past a limit."""
-        ctx = self._ctx
-        if ctx is None:
-            return Decision.ALLOW
-        return ctx._commit(self, result, cost_usd, usage, model)
-
-    async def acommit(
-        self,
-        result: Any = _UNSET,
-        *,
-        cost_usd: float | None = None,
-        usage: TokenUsage | Any = None,
-        model: str | None = None,
-    ) -> Decision:
-        """:meth:`commit` for async callers: async output checks and an async parent budget's
-        ``asettle`` are awaited (never run on a side loop, never blocking the event loop)."""
-        ctx = self._ctx
-        if ctx is None:
-            return Decision.ALLOW
-        return await ctx._acommit(self, result, cost_usd, usage, model)
-
-    def downgraded(self, requested: str | None = None) -> None:
-        """Tell the kernel this call was sent with :attr:`fallback_model` instead of ``requested``.
-
-        Adapters that control the request call it after swapping the model; a call settled with a
-        fallback nobody applied records one ``downgrade_unsupported`` event instead.
-        """
-        ctx = self._ctx
-        if ctx is not None and self.fallback_model is not None and not self._downgraded:
-            ctx._downgraded(self, requested)
-
-    async def afail(self, exc: BaseException | None = None) -> None:
-        """Like :meth:`fail`, awaiting the parent budget."""
-        ctx = self._ctx
-        if ctx is not None:
-            await ctx._afail(self, exc)
-
-    async def arelease(self) -> None:
-        """Like :meth:`release`, awaiting the parent budget."""
-        ctx = self._ctx
-        if ctx is not None:
-            await ctx._arelease(self, "released")
-
-    def fail(self, exc: BaseException | None = None) -> None:
-        """The call raised: record it and draw one retry from the chain-wide budget."""
-        ctx = self._ctx
-        if ctx is not None:
-            ctx._fail(self, exc)
-
-    def release(self) -> None:
-        """The call never ran: give back its step and reservation."""
-        ctx = self._ctx
-        if ctx is not None:
-            ctx._release(self, "released")
-
-    @property
-    def wants_io(self) -> bool:
-        """Whether an observer keeps call bodies: adapters may skip building them when not."""
-        return self.io is not None
-
-    def record_io(
-        self, *, request: Mapping[str, Any] | None = None, response_text: str | None = None
-    ) -> None:
-        """Attach what was sent (``messages``, ``model``, ``parameters``) and the response text.
-
-        Kept only when an observer asked for bodies (the audit log's ``record_bodies=True``);
-        otherwise a no-op. The request is copied now, JSON-ready, with API keys and auth headers
-        removed at every level. A later call replaces what an earlier one gave.
-        """
-        io = self.io
-        if io is None:
-            return
-        if request is not None:
-            io["request"] = jsonable(request)
-        if response_text is not None:
-            io["response_text"] = response_text if isinstance(response_text, str) else str(response_text)
-
-    def add_reservation(self, usd: float) -> None:
-        """Reserve ``usd`` more for this running call before it is sent (a layer underneath the
-        one that began it learned its worst case); raise ExecutionHalted when that would cross
-        ``max_cost_usd`` or the context has halted meanwhile. ``0`` is always granted. The node
-        stays running either way."""
-        ctx = self._ctx
-        if ctx is not None:
-            ctx._add_reservation(self, usd)
-
-    def __repr__(self) -> str:
-        return f"<CallNode {self.node_id} {self.kind}:{self.name} {self.status} ${self.cost_usd:.6f}>"
+__all__ = ["_UNSET", "Aggregate", "CallNode", "ExecutionGraph", "current_node"]
 
 
 @dataclass(slots=True)
@@ -246,23 +47,9 @@ class ExecutionGraph:
     """
 
     __slots__ = (
-        "capacity",
-        "_ids",
-        "_steps",
-        "_t0",
-        "_t1",
-        "_recs",
-        "_aggregates",
-        "_ok",
-        "_live",
-        "_owner",
-        "_next_id",
-        "total_nodes",
-        "divergence_threshold",
-        "_last_kind",
-        "_last_name",
-        "_repeats",
-    )
+        "capacity", "_ids", "_steps", "_t0", "_t1", "_recs", "_aggregates", "_ok", "_live", "_owner",
+        "_lock", "_next_id", "total_nodes", "divergence_threshold", "_last_kind", "_last_name", "_repeats",
+    )  # fmt: skip
 
     def __init__(self, capacity: int = 10_000, divergence_threshold: int = 0) -> None:
         if capacity < 1:
@@ -281,7 +68,8 @@ class ExecutionGraph:
         self._live: dict[int, CallNode] = {}
         # Set by the context (its lock guards the ring). A weak reference: the context holds the
         # graph, and a cycle would leave every context to the garbage collector (pauses under load).
-        self._owner: weakref.ref[ExecutionContext] | None = None
+        self._owner: weakref.ref[Any] | None = None
+        self._lock: threading.Lock | None = None  # the owner's ledger lock
         self._next_id = 0
         self.total_nodes = 0
         self.divergence_threshold = divergence_threshold
@@ -323,29 +111,26 @@ class ExecutionGraph:
     def open(
         self, kind: str, name: str, parent_id: int | None, step: int, options: WrapOptions
     ) -> tuple[int, int]:
-        """Append a running call without a node object (the kernel's inline fast path): its id and
-        how many times in a row its signature repeated."""
+        """Append a running call without a node object (the kernel's plain path): its id and how
+        many times in a row its signature repeated (:meth:`_place` and :meth:`_repeat`, written
+        out: every call of a plain context comes here)."""
         node_id = self._next_id = self._next_id + 1
-        self._place(
-            node_id,
-            step,
-            time.monotonic(),
-            (
-                kind,
-                name,
-                parent_id,
-                0.0,
-                0,
-                0,
-                "running",
-                options.model,
-                options.cost_estimate_hint,
-                options,
-                None,
-            ),
-        )
+        hint = options.cost_estimate_hint
+        rec = (kind, name, parent_id, 0.0, 0, 0, "running", options.model, hint, options, None)
+        if node_id <= self.capacity:
+            self._ids.append(node_id)
+            self._steps.append(step)
+            self._t0.append(_monotonic())
+            self._t1.append(0.0)
+            self._recs.append(rec)
+        else:
+            self._place(node_id, step, _monotonic(), rec)
         self.total_nodes += 1
-        return node_id, self._repeat(kind, name)
+        if kind == self._last_kind and name == self._last_name:
+            self._repeats += 1
+            return node_id, self._repeats
+        self._last_kind, self._last_name, self._repeats = kind, name, 1
+        return node_id, 1
 
     def close(self, node_id: int, kind: str, status: str, cost: float) -> None:
         """Settle a call begun with :meth:`open` that no node object was made for."""
@@ -354,9 +139,11 @@ class ExecutionGraph:
             rec: Any = self._recs[i]  # a record: only the inline path opens and closes by id
             self._recs[i] = (rec[0], rec[1], rec[2], cost, 0, 0, status, rec[7], rec[8], rec[9], None)
             self._t1[i] = time.monotonic()
-        agg = self._aggregates.get((kind, status))
+        agg = (self._ok.get(kind) or self._ok_aggregate(kind)) if status == "ok" else None
         if agg is None:
-            agg = self._aggregates[(kind, status)] = Aggregate()
+            agg = self._aggregates.get((kind, status))
+            if agg is None:
+                agg = self._aggregates[(kind, status)] = Aggregate()
         agg.count += 1
         agg.cost_usd += cost
 
@@ -401,9 +188,9 @@ class ExecutionGraph:
         if isinstance(rec, CallNode):
             return rec
         owner = self._owner() if self._owner is not None else None
-        if rec[6] != "running" or owner is None:
+        if rec[6] != "running" or owner is None or self._lock is None:
             return self._build(i)
-        with owner._lock:  # against the inline path settling it at this moment
+        with self._lock:  # against the inline path settling it at this moment
             if self._ids[i] != node_id:
                 return None
             rec = self._recs[i]

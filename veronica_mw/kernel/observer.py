@@ -17,9 +17,11 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .execution import ExecutionContext
-    from .graph import CallNode
+    from ._node import CallNode
     from .snapshot import ExecutionEvent
+
+# ``ctx`` below is the :class:`~veronica_mw.ExecutionContext` (typed ``Any``: this module is
+# below it in the kernel, which the context's module imports). Subclasses annotate it precisely.
 
 logger = logging.getLogger("veronica_mw")
 
@@ -31,23 +33,23 @@ class Observer:
     """True for an observer that keeps call bodies: the calls of the contexts it observes then
     collect their request and response text (``CallNode.io``, filled via ``record_io``)."""
 
-    def context_started(self, ctx: ExecutionContext) -> None:
+    def context_started(self, ctx: Any) -> None:
         """The context was armed (its clock started): first ``with``, or a request's first call."""
 
-    def call_started(self, ctx: ExecutionContext, node: CallNode) -> None:
+    def call_started(self, ctx: Any, node: CallNode) -> None:
         """A call passed every check and is about to run (``node.status == "running"``)."""
 
-    def call_ended(self, ctx: ExecutionContext, node: CallNode, error: BaseException | None) -> None:
+    def call_ended(self, ctx: Any, node: CallNode, error: BaseException | None) -> None:
         """An admitted call was settled; ``node.status`` says how (ok, error, halted, interrupted,
         released), ``node.cost_usd`` what it cost, ``error`` what it raised (for ``error``)."""
 
-    def event(self, ctx: ExecutionContext, event: ExecutionEvent) -> None:
+    def event(self, ctx: Any, event: ExecutionEvent) -> None:
         """The context recorded an event (soft limit, unpriced call, divergence, ...)."""
 
-    def halted(self, ctx: ExecutionContext, reason: str, detail: str) -> None:
+    def halted(self, ctx: Any, reason: str, detail: str) -> None:
         """The context halted (called once, on the thread that refused the call or timed out)."""
 
-    def context_ended(self, ctx: ExecutionContext) -> None:
+    def context_ended(self, ctx: Any) -> None:
         """The context left its scope (``with`` exit, end of the request); final usage is known."""
 
     def refused(self, reason: str, detail: str, status: int) -> None:

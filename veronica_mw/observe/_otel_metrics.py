@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics
 
-from .. import __version__
+from .._version import __version__
 from ._otel_providers import ProviderCache
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from .. import __version__
+from .._version import __version__
 from ..kernel.observer import Observer
 from ._otel_content import ContentCapture
 from ._otel_evaluations import record_evaluations

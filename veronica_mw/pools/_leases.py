@@ -12,20 +12,18 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ._backend import LeaseReply, LeaseSync, Op
 from ._lease import Lease, background
-
-if TYPE_CHECKING:
-    from .budget_pool import BudgetPool
 
 logger = logging.getLogger("veronica_mw")
 _all: weakref.WeakSet[Leases] = weakref.WeakSet()
 
 
 class Leases:
-    def __init__(self, pool: BudgetPool, size: int, sync_s: float, idle_s: float) -> None:
+    # ``pool``: the BudgetPool (typed Any: budget_pool imports this module, no import circle).
+    def __init__(self, pool: Any, size: int, sync_s: float, idle_s: float) -> None:
         self._pool = weakref.ref(pool)  # the keeper thread must not keep the pool alive
         self._limit = pool._limit
         self._failover = pool._failover
@@ -55,7 +53,8 @@ class Leases:
         pool = self._pool()
         if pool is None:
             raise RuntimeError("budget pool is gone")
-        return pool._op(lease.key_hash)[0]
+        op: Op = pool._op(lease.key_hash)[0]
+        return op
 
     # -- syncs -----------------------------------------------------------------------------------
 

@@ -24,7 +24,6 @@ from ._lease import Lease, background
 
 if TYPE_CHECKING:
     from ._backend import BucketState
-    from .budget_pool import BudgetPool
 
 logger = logging.getLogger("veronica_mw")
 # Reservation ids of in-process pools only need to be unique in this process: a counter, not a
@@ -51,7 +50,8 @@ class TenantLedger:
     equal amounts of one ledger are interchangeable.
     """
 
-    def __init__(self, pool: BudgetPool, key_hash: str) -> None:
+    # ``pool``: the BudgetPool (typed Any: budget_pool imports this module, no import circle).
+    def __init__(self, pool: Any, key_hash: str) -> None:
         self._pool = pool
         self.key_hash = key_hash
         self._leases = pool._leases
@@ -66,7 +66,8 @@ class TenantLedger:
     def blocking_free(self) -> bool:
         """True for an in-process pool: reserve/settle never wait for I/O, so the kernel's
         coroutine API calls them directly instead of awaiting areserve/asettle."""
-        return self._pool._in_process
+        in_process: bool = self._pool._in_process
+        return in_process
 
     # -- reserve ---------------------------------------------------------------------------------
 

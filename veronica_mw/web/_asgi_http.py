@@ -27,6 +27,7 @@ from ..kernel.context import PendingContext
 from ..kernel.exceptions import ExecutionHalted
 from ..kernel.execution import ExecutionContext
 from ..kernel.parent import BudgetParent
+from ._nested_halt import nested_halt, refusal_parts
 from .problem import log_halt_after_start, problem_response, usage_headers
 from .types import Message, Send
 
@@ -146,7 +147,7 @@ class HTTPExchange(PendingContext):
             complete = message["type"] == "http.response.body" and not message.get("more_body", False)
             # A complete error response of a context that has not halted is the app's own 500:
             # send it now rather than when the app returns (it may still run background tasks).
-            if self._held_size > _HOLD_LIMIT or (complete and self._halted() is None):
+            if self._held_size > _HOLD_LIMIT or (complete and self._halted() is None and not self._nested()):
                 await self._flush()
             return
         if message["type"] == "http.response.start":
@@ -164,6 +165,10 @@ class HTTPExchange(PendingContext):
         """The request's context if it was built and has halted."""
         ctx = self.ctx
         return ctx if ctx is not None and ctx.aborted else None
+
+    def _nested(self) -> bool:
+        """Whether a context nested in the request's has halted (its halt is the request's answer)."""
+        return nested_halt(self.ctx) is not None
 
     def _chain_id(self, halt: ExecutionHalted | None) -> str:
         # A context that was never built has no id: log the halt's own (it came from elsewhere).
@@ -200,13 +205,16 @@ class HTTPExchange(PendingContext):
         extra = list(self._extra)
         if self._usage:
             extra += usage_headers(self.resolve().get_snapshot())
-        # A halt from a context nested in the request's that also halted the request (its limit
-        # was reached) is answered with the request's own usage and limits.
-        ctx = self._halted()
-        snapshot = ctx.get_snapshot() if ctx is not None else halt.snapshot
-        reason = (ctx.abort_reason or halt.reason) if ctx is not None else halt.reason
+        # A halt of the request's context, or of one nested in it, is answered with the request's
+        # own usage and limits (see _nested_halt).
+        reason, snapshot, status, detail = refusal_parts(self.ctx, halt)
         status, headers, body = problem_response(
-            reason, snapshot=snapshot, retry_after_s=halt.retry_after_s, extra_headers=extra
+            reason,
+            snapshot=snapshot,
+            status=status,
+            retry_after_s=halt.retry_after_s,
+            detail=detail,
+            extra_headers=extra,
         )
         logger.info(
             "veronica_mw: %s halted (%s); answered %d [chain %s]",
@@ -246,10 +254,10 @@ class HTTPExchange(PendingContext):
         """The app raised something that is not a halt; the caller re-raises it afterwards."""
         if self.started:
             return
-        ctx = self._halted()
+        ctx = self._halted() or nested_halt(self.ctx)
         if ctx is not None:
-            # The context halted and the app's failure (or the error page already rendered for it)
-            # is its consequence: the client learns the real reason.
+            # The context (or one nested in it) halted and the app's failure (or the error page
+            # already rendered for it) is its consequence: the client learns the real reason.
             await self._send_problem(ctx.halted_error())
         elif self._held is not None:
             await self._flush()
@@ -261,6 +269,8 @@ class HTTPExchange(PendingContext):
             if not self.finished and ctx is not None:
                 await self._end_stream(ctx.abort_reason)
             return
+        if ctx is None and self._held is not None:
+            ctx = nested_halt(self.ctx)  # a held 500 rendered for a nested context's halt
         if ctx is not None:
             # A held 500 (Django renders the escaped halt itself), or no response at all.
             await self._send_problem(ctx.halted_error())

@@ -17,7 +17,7 @@ from ..kernel.context import PendingContext, current_context
 from ..kernel.exceptions import ExecutionHalted
 from ..kernel.execution import ExecutionContext
 from ..kernel.parent import BudgetParent
-from ..kernel.snapshot import ExecutionSnapshot
+from ._nested_halt import refusal_parts
 from .problem import find_halt, log_halt_after_start, problem_response, usage_headers
 
 logger = logging.getLogger("veronica_mw")
@@ -186,17 +186,20 @@ def halt_refusal(
     ``extra`` (budget-pool headers) and, with ``usage``, the usage headers go on it as on any
     contained response.
     """
-    snapshot: ExecutionSnapshot | None
-    if ctx.aborted or halt is None:
-        reason, snapshot = ctx.abort_reason or "cancelled", ctx.get_snapshot()
-    else:  # an ExecutionHalted of some other context escaped the app
-        reason, snapshot = halt.reason, halt.snapshot
+    # The request's halt, a nested context's (with the request's usage), or some other context's.
+    reason, snapshot, status, detail = refusal_parts(ctx, halt)
     retry_after = halt.retry_after_s if halt is not None else None
     more: list[tuple[str | bytes, str | bytes]] = list(extra)
     if usage:
         more.extend(usage_headers(ctx.get_snapshot()))
     status, headers, body = problem_response(
-        reason, snapshot=snapshot, config=ctx.config, retry_after_s=retry_after, extra_headers=more
+        reason,
+        snapshot=snapshot,
+        config=ctx.config,
+        status=status,
+        retry_after_s=retry_after,
+        detail=detail,
+        extra_headers=more,
     )
     logger.info("veronica_mw: %s halted (%s); answered %d [chain %s]", path, reason, status, ctx.chain_id)
     return status, wsgi_headers(headers), body

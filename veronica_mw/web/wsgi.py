@@ -29,6 +29,7 @@ from ..kernel.exceptions import ExecutionHalted
 from ..kernel.observer import Observer
 from ..kernel.parent import BudgetParent
 from ..kernel.policy import RuntimePolicy
+from ._nested_halt import nested_halt
 from ._wsgi_scope import (
     END,
     Headers,
@@ -203,9 +204,10 @@ class _Response(RequestScope):
         finally:
             current_context.reset(token)
         halted = _halted(ctx)
-        if halted and status_code(self.status) >= 500:
-            # The app (or its framework) answered an error because of the halt: send the 429.
-            return self._refuse(None, None)
+        if status_code(self.status) >= 500 and (halted or nested_halt(ctx) is not None):
+            # The app (or its framework) answered an error because of the halt (of the request's
+            # context or one nested in it): send the request's refusal.
+            return self._refuse(self._nested_halt(), None)
         if self.status is not None:
             if self._extra or self._usage:
                 self._send_headers()
@@ -224,8 +226,8 @@ class _Response(RequestScope):
         error, else the app's own -- and the context ends here, not after the server's loop."""
         ctx = self.ctx
         halted = _halted(ctx)
-        if halted and status_code(self.status) >= 500:
-            return [self._refuse(None, None)]
+        if status_code(self.status) >= 500 and (halted or nested_halt(ctx) is not None):
+            return [self._refuse(self._nested_halt(), None)]
         if not self._sent:
             if self._extra or self._usage:
                 self._send_headers()
@@ -278,6 +280,13 @@ class _Response(RequestScope):
         self._halted_at_send = self.ctx.aborted
         self._sent = True
         self._write = self._start(self.status, headers)  # type: ignore[arg-type]
+
+    def _nested_halt(self) -> ExecutionHalted | None:
+        """The halt of a context nested in the request's, unless the request's own halted."""
+        if _halted(self.ctx):
+            return None
+        inner = nested_halt(self.ctx)
+        return inner.halted_error() if inner is not None else None
 
     def _refuse(self, halt: ExecutionHalted | None, exc: BaseException | None) -> bytes:
         if exc is not None and halt is None:
