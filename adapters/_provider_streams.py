@@ -51,6 +51,12 @@ class Meter:
             if self.text is not None:
                 self.text.append(text)
 
+    def counted(self, text: Any) -> None:
+        """Generated output that is not answer text (a tool call's arguments or name) arrived:
+        counted for the estimate when no usage comes, not kept as the response text."""
+        if isinstance(text, str):
+            self.chars += len(text)
+
     def outcome(self) -> Outcome:
         return self.tokens, self.model, self.chars
 

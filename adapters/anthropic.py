@@ -20,6 +20,7 @@ try:
 except ImportError as exc:
     raise MissingFrameworkError("anthropic", "anthropic", exc) from exc
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,30 +69,59 @@ def _model(obj: Any) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, str) else 0
+
+
+def _block_chars(block: Any) -> int:
+    """Characters the model generated in one content block: text, thinking, or a tool call's name
+    and JSON input."""
+    chars = _length(_get(block, "text")) + _length(_get(block, "thinking"))
+    if _get(block, "type") in ("tool_use", "server_tool_use"):
+        tool_input = _get(block, "input")
+        chars += _length(_get(block, "name")) + (
+            len(json.dumps(tool_input, default=str)) if tool_input else 0
+        )
+    return chars
+
+
 def _outcome(message: Any) -> Outcome:
-    chars = 0
-    for block in _get(message, "content") or ():
-        text = _get(block, "text")
-        chars += len(text) if isinstance(text, str) else 0
+    chars = sum(_block_chars(block) for block in _get(message, "content") or ())
     return tokens(_get(message, "usage")), _model(message), chars
 
 
 class _MessagesMeter(Meter):
-    """``message_start`` carries the input usage and the model; ``message_delta`` the final output."""
+    """``message_start`` carries the input usage and the model; ``message_delta`` the final output.
 
-    __slots__ = ()
+    The output counted at ``message_start`` is a placeholder (1): until a ``message_delta`` reports
+    usage the stream's output is unknown, so the start's usage is held aside (``started``) and a
+    stream that ends without one is estimated (the prompt estimate, and its deltas: text, thinking
+    and tool-call JSON, ``input_json_delta``), never charged the placeholder."""
+
+    __slots__ = ("started",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: TokenUsage | None = None
 
     def feed(self, event: Any) -> None:
         kind = getattr(event, "type", None)
         if kind == "content_block_delta":
-            self.seen(getattr(getattr(event, "delta", None), "text", None))
+            delta = getattr(event, "delta", None)
+            self.seen(getattr(delta, "text", None))
+            self.counted(getattr(delta, "partial_json", None))
+            self.counted(getattr(delta, "thinking", None))
+        elif kind == "content_block_start":
+            self.counted(getattr(getattr(event, "content_block", None), "name", None))
         elif kind == "message_start":
             message = getattr(event, "message", None)
             self.model = _model(message) or self.model
-            self.tokens = tokens(getattr(message, "usage", None), self.tokens)
+            self.started = tokens(getattr(message, "usage", None), self.started)
         elif kind == "message_delta":
-            self.tokens = tokens(getattr(event, "usage", None), self.tokens)
-            self.final = self.tokens is not None
+            usage = getattr(event, "usage", None)
+            if usage is not None:
+                self.tokens = tokens(usage, self.started)
+                self.final = self.tokens is not None
 
 
 _MESSAGES = stainless.Endpoint(_outcome, _MessagesMeter)
