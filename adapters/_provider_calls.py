@@ -12,22 +12,21 @@ context's retry budget through :meth:`ProviderCall.retry`. No SDK is imported he
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
 
 from .. import CallNode, ExecutionContext, ExecutionHalted, TokenUsage, WrapOptions
-from .. import instrumentation as _instrumentation
 from ..kernel._io import response_text
 from ..kernel.context import PendingContext, current_context
-from ..kernel.pricing import price_usage
 from . import _provider_claims as claims
+from ._provider_estimate import limit, price, reservation, text_tokens
+
+__all__ = ["Plan", "ProviderCall", "begin", "context_now", "limit", "price", "text_tokens"]
 
 _UNSET: Any = object()
 _SENTINELS = frozenset({"NotGiven", "Omit"})  # openai/anthropic ``NOT_GIVEN`` and ``omit``
 _current = current_context.get
-# A data URL or base64 blob (an image, a file) is not text: counted as this many tokens instead.
-_BLOB_TOKENS = 1000
 
 
 def context_now() -> ExecutionContext | None:
@@ -38,53 +37,6 @@ def context_now() -> ExecutionContext | None:
     if isinstance(value, PendingContext):  # a middleware's request context, built on first use
         return value.resolve()
     return value
-
-
-_BLOB = object()
-_MIME_KEYS = ("media_type", "mime_type", "mimeType")
-
-
-def _strings(value: Any, depth: int = 0) -> Iterator[Any]:
-    """The text in a request body (messages, contents); inline files and images as ``_BLOB``."""
-    if isinstance(value, str):
-        yield _BLOB if value.startswith("data:") and len(value) > 256 else value
-    elif depth > 12:
-        return
-    elif isinstance(value, Mapping):
-        if "data" in value and any(key in value for key in _MIME_KEYS):  # base64 image/file source
-            yield _BLOB
-            return
-        for item in value.values():
-            yield from _strings(item, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _strings(item, depth + 1)
-    elif not isinstance(value, (bytes, int, float)) and value is not None:
-        fields = getattr(value, "__dict__", None)  # SDK objects (Gemini Content, pydantic messages)
-        if isinstance(fields, dict):
-            yield from _strings(fields, depth + 1)
-
-
-def text_tokens(*values: Any) -> int:
-    """Estimated tokens of the text in ``values``: characters / 4 rounded up, plus a flat
-    ``_BLOB_TOKENS`` per inline image or file."""
-    chars = 0
-    blobs = 0
-    for text in _strings(values):
-        if text is _BLOB:
-            blobs += 1
-        else:
-            chars += len(text)
-    return -(-chars // 4) + blobs * _BLOB_TOKENS
-
-
-def limit(body: Mapping[str, Any], *names: str) -> int:
-    """The request's own output limit (the first of ``names`` set), else the configured default."""
-    for name in names:
-        value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-    return _instrumentation.settings.max_output_tokens
 
 
 Outcome = tuple[TokenUsage | None, str | None, int]  # usage, reported model, generated characters
@@ -104,29 +56,12 @@ class Plan:
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
 
-    def reservation(self) -> float:
-        """USD reserved before sending: the configured hint, else the worst case at the model's
-        prices (0 for a model genai-prices does not know)."""
-        hint = _instrumentation.settings.cost_estimate_hint
-        if hint is not None:
-            return hint
-        priced = price(TokenUsage(self.input_tokens, self.output_tokens), (self.model,), self.provider)
-        return priced[0] if priced is not None else 0.0
-
-
-def price(
-    usage: TokenUsage, models: tuple[str | None, ...], provider: str | None
-) -> tuple[float, str] | None:
-    """Price ``usage`` for the first of ``models`` genai-prices knows (under ``provider``, then any)."""
-    for model in models:
-        if not model:
-            continue
-        for prov in (provider, None) if provider else (None,):
-            try:
-                return price_usage(usage, model, prov), model
-            except LookupError:
-                continue
-    return None
+    def reservation(self, ctx: ExecutionContext) -> float:
+        """USD reserved before sending (see :func:`._provider_estimate.reservation`); raises
+        ExecutionHalted ``unpriced`` for a model that cannot be priced under a cost limit."""
+        return reservation(
+            ctx, self.model, self.provider, self.input_tokens, self.output_tokens, self.operation
+        )
 
 
 class ProviderCall:
@@ -291,7 +226,7 @@ def _options(plan: Plan, hint: float) -> WrapOptions:
 def begin(ctx: ExecutionContext, plan: Plan) -> ProviderCall:
     """Admit the planned request as one step (or adopt the enclosing layer's); raise
     ExecutionHalted, with nothing sent, when a limit refuses it."""
-    estimate = plan.reservation()  # priced here, never under the context's lock
+    estimate = plan.reservation(ctx)  # priced here, never under the context's lock
     offered = claims.offered_step(ctx)
     node = offered[0] if offered is not None else None
     if offered is not None and offered[1]:  # the layer above sends again (its retry, a fallback)

@@ -23,10 +23,11 @@ from typing import Any
 from ..kernel.config import ExecutionConfig
 from ..kernel.exceptions import ExecutionHalted
 from ..kernel.execution import ExecutionContext
+from ..kernel.pricing import UNLIMITED_USD
 from ._run_scope import inherit_context_in_threads, instrument_everything
 
 HALTED = 3
-_UNLIMITED_COST = 1e300  # ExecutionConfig needs finite numbers; these are never reached
+_UNLIMITED_COST = UNLIMITED_USD  # ExecutionConfig needs finite numbers; these are never reached
 _UNLIMITED_COUNT = sys.maxsize
 
 
