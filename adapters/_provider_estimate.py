@@ -28,8 +28,11 @@ from .. import ExecutionContext, ExecutionHalted, TokenUsage
 from .. import instrumentation as _instrumentation
 from ..kernel.pricing import UNLIMITED_USD, price_usage
 
-__all__ = ["UNPRICED", "limit", "price", "reservation", "text_tokens", "worst_case"]
+__all__ = ["OUTPUT_LIMITS", "UNPRICED", "limit", "price", "reservation", "text_tokens", "worst_case"]
 
+# Where frameworks' chat models (LangChain invocation params and model fields, LlamaIndex metadata)
+# keep their output limit.
+OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "max_new_tokens", "num_predict")
 UNPRICED = "unpriced"  # the reason of the refusal of a model that cannot be priced
 # A data URL or base64 blob (an image, a file) is not text: counted as this many tokens instead.
 _BLOB_TOKENS = 1000
