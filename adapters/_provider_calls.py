@@ -73,7 +73,7 @@ class ProviderCall:
     draws its retries and reports the usage it saw (``CallNode.reported_usage``).
     """
 
-    __slots__ = ("ctx", "node", "plan", "own", "retry_error")
+    __slots__ = ("ctx", "node", "plan", "own", "retry_error", "sent")
 
     def __init__(self, ctx: ExecutionContext, node: CallNode, plan: Plan, own: bool = True) -> None:
         self.ctx = ctx
@@ -81,6 +81,10 @@ class ProviderCall:
         self.plan = plan
         self.own = own
         self.retry_error: BaseException | None = None
+        # Whether the request may have left the process. An SDK patch that knows when it is built
+        # (the Stainless SDKs' ``_build_request``) sets it False before the call and True there;
+        # elsewhere it stays True: a cancelled call is then assumed sent, and kept as spent.
+        self.sent = True
 
     def retry(self, exc: BaseException | None) -> None:
         """The SDK is about to retry: draw one retry, or raise ExecutionHalted so it is not sent."""
@@ -127,6 +131,10 @@ class ProviderCall:
         node = self.node
         if isinstance(exc, ExecutionHalted) and self.retry_error is not None:
             node.fail(self.retry_error)  # attempts that all failed cost nothing; no retry left to draw
+        elif not self.sent and not isinstance(exc, Exception):
+            # Cancelled before its request was built, so before anything left the process: the
+            # step and its reservation are given back (the layer above's too: nothing was sent).
+            node.release()
         elif not self.own:
             return  # the layer above sees the exception and settles its step
         elif isinstance(exc, Exception):
@@ -246,12 +254,24 @@ def begin(ctx: ExecutionContext, plan: Plan) -> ProviderCall:
             node = ctx.begin_call("llm", _options(plan, estimate))
             claims.claim(node)
             return ProviderCall(ctx, node, plan)
-    try:
-        node.add_reservation(max(0.0, estimate - node.reserved_usd))  # 0: admitted already, sent as is
-    except ExecutionHalted:
-        node.release()  # never sent: the step the layer above began is given back
-        raise
+    top_up = max(0.0, estimate - node.reserved_usd)  # 0: admitted already, sent as is
+    if top_up and not ctx.aborted:  # halted meanwhile: the admitted step is sent as admitted
+        try:
+            node.add_reservation(top_up)
+        except ExecutionHalted:
+            if _admitted_before_halt(ctx):
+                return ProviderCall(ctx, node, plan, own=False)
+            node.release()  # never sent: the step the layer above began is given back
+            raise
     return ProviderCall(ctx, node, plan, own=False)
+
+
+def _admitted_before_halt(ctx: ExecutionContext) -> bool:
+    """After a refused top-up: whether the context had halted for another reason (a sibling's
+    refusal at max_steps, a timeout, a cancel) rather than because this top-up would cross the
+    cost ceiling. A step admitted before such a halt runs: N admitted steps are N requests sent."""
+    reason = ctx.get_snapshot().abort_reason
+    return reason is not None and reason != "budget_exceeded"
 
 
 active: ContextVar[ProviderCall | None] = ContextVar("veronica_mw_provider_call", default=None)

@@ -103,6 +103,7 @@ class SDK:
         base = attr(module, "_base_client")
         self.sync_client = attr(base, "SyncAPIClient")
         self.async_client = attr(base, "AsyncAPIClient")
+        self.base_client = attr(base, "BaseClient")
         found = [attr(module, f"_streaming.{name}") for name in ("Stream", "AsyncStream")]
         self.stream_types: tuple[type, ...] = tuple(t for t in found if isinstance(t, type))
         paths = ("_response.APIResponse", "_response.AsyncAPIResponse", "_legacy_response.LegacyAPIResponse")
@@ -123,6 +124,7 @@ def _sync_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
             call = begin(ctx, plan)  # ExecutionHalted here: nothing was sent
             options = downgrade(call, options)
             call.record_request(getattr(options, "json_data", None))  # as sent; no-op unless bodies are kept
+            call.sent = False  # until the SDK builds the HTTP request (see _build)
             token = active.set(call)
             try:
                 result = original(self, cast_to, options, *args, **kwargs)
@@ -154,6 +156,7 @@ def _async_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
             call = begin(ctx, plan)
             options = downgrade(call, options)
             call.record_request(getattr(options, "json_data", None))
+            call.sent = False
             token = active.set(call)
             try:
                 result = await original(self, cast_to, options, *args, **kwargs)
@@ -186,6 +189,19 @@ def _sleep(original: Any) -> Callable[..., Any]:
         return original(self, *args, **kwargs)
 
     return sleep
+
+
+def _build(original: Any) -> Callable[..., Any]:
+    """``_build_request``: the SDK builds each attempt's HTTP request right before sending it; from
+    here on the request may have left the process (a cancellation then keeps the reservation)."""
+
+    def build(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = active.get()
+        if call is not None:
+            call.sent = True
+        return original(self, *args, **kwargs)
+
+    return build
 
 
 def _close(original: Any) -> Callable[..., Any]:
@@ -236,6 +252,7 @@ def patch(sdk: SDK, module: Any, helper_streams: tuple[Any, ...]) -> Patches:
     patches.wrap(sdk.async_client, "request", _async_request(sdk))
     for client in (sdk.sync_client, sdk.async_client):
         patches.wrap(client, "_sleep_for_retry", _sleep)
+    patches.wrap(sdk.base_client, "_build_request", _build)
     for stream_type in sdk.stream_types:
         patches.wrap(stream_type, "close", _close)
     for helper in helper_streams:
