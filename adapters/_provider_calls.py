@@ -20,6 +20,7 @@ from .. import CallNode, ExecutionContext, ExecutionHalted, TokenUsage, WrapOpti
 from ..kernel._io import response_text
 from ..kernel.context import PendingContext, current_context
 from . import _provider_claims as claims
+from . import _provider_fit as _fit
 from ._provider_estimate import limit, price, reservation, text_tokens
 
 __all__ = ["Plan", "ProviderCall", "begin", "context_now", "limit", "price", "text_tokens"]
@@ -45,16 +46,37 @@ Outcome = tuple[TokenUsage | None, str | None, int]  # usage, reported model, ge
 class Plan:
     """What is about to be sent: enough to name the step and reserve its worst case."""
 
-    __slots__ = ("operation", "model", "provider", "input_tokens", "output_tokens")
+    __slots__ = (
+        "operation",
+        "model",
+        "provider",
+        "input_tokens",
+        "output_tokens",
+        "limit_field",
+        "choices",
+        "fitted",
+    )
 
     def __init__(
-        self, operation: str, model: str | None, provider: str | None, input_tokens: int, output_tokens: int
+        self,
+        operation: str,
+        model: str | None,
+        provider: str | None,
+        input_tokens: int,
+        output_tokens: int,
+        limit_field: str | None = None,
+        choices: int = 1,
     ) -> None:
         self.operation = operation
         self.model = model
         self.provider = provider  # genai-prices provider id ("openai", "anthropic", "google")
         self.input_tokens = input_tokens
-        self.output_tokens = output_tokens
+        self.output_tokens = output_tokens  # all choices together
+        # The request body's field holding the per-choice output limit, which FitOutputToBudget
+        # may lower (None: this request cannot be fitted); ``fitted``: the lowered value.
+        self.limit_field = limit_field
+        self.choices = choices
+        self.fitted: int | None = None
 
     def reservation(self, ctx: ExecutionContext) -> float:
         """USD reserved before sending (see :func:`._provider_estimate.reservation`); raises
@@ -234,7 +256,22 @@ def _options(plan: Plan, hint: float) -> WrapOptions:
 def begin(ctx: ExecutionContext, plan: Plan) -> ProviderCall:
     """Admit the planned request as one step (or adopt the enclosing layer's); raise
     ExecutionHalted, with nothing sent, when a limit refuses it."""
-    estimate = plan.reservation(ctx)  # priced here, never under the context's lock
+    original = _fit.fit(ctx, plan)  # FitOutputToBudget: lower the output limit to what is left
+    call = _admit(ctx, plan, plan.reservation(ctx))  # priced here, never under the context's lock
+    if original is not None:
+        ctx.add_event(
+            "modified",
+            f"{plan.operation}: {plan.limit_field} lowered from {original} to {plan.fitted} to fit",
+            field=plan.limit_field,
+            original=original,
+            fitted=plan.fitted,
+            node_id=call.node.node_id,
+            model=plan.model,
+        )
+    return call
+
+
+def _admit(ctx: ExecutionContext, plan: Plan, estimate: float) -> ProviderCall:
     offered = claims.offered_step(ctx)
     node = offered[0] if offered is not None else None
     if offered is not None and offered[1]:  # the layer above sends again (its retry, a fallback)

@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
+from . import _provider_fit as _fit
 from . import _provider_streams as streams
 from ._provider_calls import Outcome, Plan, ProviderCall, active, begin, context_now, retrying
 from ._provider_patch import Patches, attr
@@ -63,6 +64,25 @@ def _route(call: ProviderCall, endpoint: Endpoint, result: Any, stream: bool, sd
         logger.exception("veronica_mw: could not settle %s; its reservation is kept", call.plan.operation)
         call.abandon()
     return None
+
+
+def _with_body(options: Any, body: Mapping[str, Any]) -> Any:
+    """A copy of the request options with another JSON body (the caller's options are untouched)."""
+    copier = getattr(options, "model_copy", None)  # FinalRequestOptions is a pydantic model
+    if callable(copier):
+        return copier(update={"json_data": body})
+    options = copy.copy(options)  # pragma: no cover - pydantic v1 builds of the SDK
+    options.json_data = body
+    return options
+
+
+def fitted(call: ProviderCall, options: Any) -> Any:
+    """``options`` with the output limit FitOutputToBudget lowered (see ``_provider_fit``)."""
+    plan = call.plan
+    body = getattr(options, "json_data", None)
+    if plan.fitted is None or not isinstance(body, Mapping):
+        return options
+    return _with_body(options, _fit.lowered_body(body, plan))
 
 
 def downgrade(call: ProviderCall, options: Any) -> Any:
@@ -122,7 +142,7 @@ def _sync_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
                 return original(self, cast_to, options, *args, **kwargs)
             plan, endpoint = planned
             call = begin(ctx, plan)  # ExecutionHalted here: nothing was sent
-            options = downgrade(call, options)
+            options = fitted(call, downgrade(call, options))
             call.record_request(getattr(options, "json_data", None))  # as sent; no-op unless bodies are kept
             call.sent = False  # until the SDK builds the HTTP request (see _build)
             token = active.set(call)
@@ -154,7 +174,7 @@ def _async_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
                 return await original(self, cast_to, options, *args, **kwargs)
             plan, endpoint = planned
             call = begin(ctx, plan)
-            options = downgrade(call, options)
+            options = fitted(call, downgrade(call, options))
             call.record_request(getattr(options, "json_data", None))
             call.sent = False
             token = active.set(call)

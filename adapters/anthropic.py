@@ -140,7 +140,8 @@ class _Endpoints:
             return None
         model = body.get("model") if isinstance(body.get("model"), str) else None
         tokens_in = text_tokens(body.get("system"), body.get("messages"), body.get("tools"))
-        return Plan("anthropic.messages", model, PROVIDER, tokens_in, limit(body, "max_tokens")), _MESSAGES
+        plan = Plan("anthropic.messages", model, PROVIDER, tokens_in, limit(body, "max_tokens"), "max_tokens")
+        return plan, _MESSAGES
 
 
 _slot = Instrumentation()

@@ -205,19 +205,37 @@ class _Endpoints:
             return None
         model = body.get("model") if isinstance(body.get("model"), str) else None
         if url.endswith("/chat/completions"):
-            output = limit(body, "max_completion_tokens", "max_tokens") * _choices(body)
+            n = _choices(body)
+            output = limit(body, "max_completion_tokens", "max_tokens") * n
             tokens_in = text_tokens(body.get("messages"), body.get("tools"))
-            return Plan("openai.chat.completions", model, PROVIDER, tokens_in, output), _CHAT
+            # FitOutputToBudget lowers the field the request set (max_tokens for the servers that
+            # know only that one), else the current one.
+            field = "max_tokens" if "max_tokens" in body and "max_completion_tokens" not in body else None
+            plan = Plan(
+                "openai.chat.completions",
+                model,
+                PROVIDER,
+                tokens_in,
+                output,
+                field or "max_completion_tokens",
+                n,
+            )
+            return plan, _CHAT
         if url.endswith("/responses"):
             tokens_in = text_tokens(body.get("input"), body.get("instructions"), body.get("tools"))
             output = limit(body, "max_output_tokens")
-            return Plan("openai.responses", model, PROVIDER, tokens_in, output), _RESPONSES
+            return Plan(
+                "openai.responses", model, PROVIDER, tokens_in, output, "max_output_tokens"
+            ), _RESPONSES
         if url.endswith("/embeddings"):
             return Plan("openai.embeddings", model, PROVIDER, text_tokens(body.get("input")), 0), _EMBEDDINGS
         if url.endswith("/completions"):
-            output = limit(body, "max_tokens") * _choices(body)
+            n = _choices(body)
+            output = limit(body, "max_tokens") * n
             tokens_in = text_tokens(body.get("prompt"))
-            return Plan("openai.completions", model, PROVIDER, tokens_in, output), _COMPLETIONS
+            return Plan(
+                "openai.completions", model, PROVIDER, tokens_in, output, "max_tokens", n
+            ), _COMPLETIONS
         return None
 
 
