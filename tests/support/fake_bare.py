@@ -16,6 +16,7 @@ waiting after they were counted.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -55,8 +56,7 @@ class BareProvider:
         self._server: ThreadingHTTPServer | None = None
 
     def __enter__(self) -> BareProvider:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        server.daemon_threads = True
+        server = _Server(("127.0.0.1", 0), _handler(self))
         self._server = server
         threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
         return self
@@ -98,6 +98,14 @@ class BareProvider:
     def argument_pieces(self) -> list[str]:
         a = self.arguments
         return [a[i : i + self.piece] for i in range(0, len(a), self.piece)]
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):  # a client closing a cut stream is normal here
+            super().handle_error(request, client_address)
 
 
 def _handler(fake: BareProvider) -> type[BaseHTTPRequestHandler]:
