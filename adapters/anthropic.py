@@ -6,7 +6,9 @@ each ``POST /v1/messages`` — ``messages.create`` (plain or ``stream=True``), `
 ``beta.messages.create``/``stream``, sync or async, raw or not — is admitted before it is sent,
 with its worst case reserved (estimated prompt tokens plus ``max_tokens``), and settled with the
 usage the API reported (cache reads and writes included). Token counting and batch endpoints are
-not model calls and pass through. The SDK's retries each draw one retry from
+not model calls and pass through. ``beta.messages.tool_runner(...)`` (sync, async, streamed): each
+tool run is a ``tool`` step admitted before it runs, and a refusal ends the loop with the halt
+(:mod:`._anthropic_tools`). The SDK's retries each draw one retry from
 ``max_retries_total``; a refused retry is raised from the SDK's retry wait, where anthropic does
 not wrap it. Tested with anthropic 2.x.
 """
@@ -25,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..kernel.pricing import TokenUsage
+from . import _anthropic_tools as _tools
 from . import _provider_stainless as stainless
 from ._provider_calls import Outcome, Plan, limit, text_tokens
 from ._provider_patch import Instrumentation, Patches
@@ -148,10 +151,14 @@ _slot = Instrumentation()
 
 
 def _apply() -> Patches:
-    stainless.load(_anthropic, "_base_client", "_streaming", "_response", "_legacy_response")
+    stainless.load(
+        _anthropic, "_base_client", "_streaming", "_response", "_legacy_response", "lib.tools._beta_runner"
+    )
     sdk = stainless.SDK(_anthropic, _Endpoints())
     # MessageStream.close closes its raw Stream, which is patched: no helper classes needed.
-    return stainless.patch(sdk, _anthropic, ())
+    patches = stainless.patch(sdk, _anthropic, ())
+    _tools.patch(_anthropic, patches)  # beta.messages.tool_runner: each tool run is a step
+    return patches
 
 
 def instrument() -> None:
