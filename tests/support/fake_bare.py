@@ -188,7 +188,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _chat(self, body: dict[str, Any]) -> None:
         fake = self.provider
         model = str(body.get("model", "gpt-4o-mini"))
-        n = body.get("n") if isinstance(body.get("n"), int) else 1
+        n_field = body.get("n")
+        n: int = n_field if isinstance(n_field, int) else 1
         base = {"id": "chatcmpl-bare", "object": "chat.completion.chunk", "created": 1, "model": model}
 
         def call(index: int, arguments: str, first: bool) -> dict[str, Any]:
@@ -223,7 +224,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         def events() -> Iterator[tuple[str | None, Any]]:
             for index in range(n):
-                delta = {"role": "assistant", "content": None if fake.tool else ""}
+                delta: dict[str, Any] = {"role": "assistant", "content": None if fake.tool else ""}
                 yield None, {**base, "choices": [{"index": index, "delta": delta, "finish_reason": None}]}
             for index in range(n):
                 if fake.tool:
@@ -386,7 +387,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
 
         def events() -> Iterator[tuple[str | None, Any]]:
-            start = {
+            start: dict[str, Any] = {
                 "id": "msg_bare",
                 "type": "message",
                 "role": "assistant",

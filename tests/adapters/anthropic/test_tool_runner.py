@@ -36,7 +36,7 @@ async def get_weather_async(city: str, unit: str = "celsius", days: int = 1) -> 
     return "rain"
 
 
-get_weather_async.name = "get_weather"  # type: ignore[misc]
+get_weather_async.name = "get_weather"
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_sync_tool_runner(bare: BareProvider, stream: bool) -> None:
             )
             for item in runner:
                 if stream:
-                    for _ in item:  # type: ignore[attr-defined]
+                    for _ in item:
                         pass
     _check(ctx, bare, caught.value)
 
