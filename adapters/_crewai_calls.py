@@ -29,6 +29,7 @@ from .. import (
     WrapOptions,
     get_current_execution_context,
 )
+from ._provider_estimate import OUTPUT_LIMITS, limit, reservation, text_tokens
 
 
 class CrewExecutionHalted(ExecutionHalted, HookAborted):
@@ -49,7 +50,7 @@ def crew_halt(halted: ExecutionHalted) -> CrewExecutionHalted:
 class Owner(Protocol):
     binding: ContextBinding
     serves_globally: bool
-    llm_cost_hint: float
+    llm_cost_hint: float | None  # None: the worst case of each model call
     tool_cost_hint: float
 
 
@@ -137,17 +138,20 @@ class Call:
             node.release()
 
 
-def _options(owner: Owner, kind: str, name: str, llm: Any) -> WrapOptions:
+def _options(owner: Owner, kind: str, name: str, llm: Any, ctx: ExecutionContext, prompt: Any) -> WrapOptions:
     model = getattr(llm, "model", None) if llm is not None else None
     provider = None
     if isinstance(model, str) and "/" in model:  # LiteLLM style "openai/gpt-4o": provider + model
         provider, model = model.split("/", 1)
-    return WrapOptions(
-        operation_name=f"crewai.{kind}:{name}",
-        cost_estimate_hint=owner.llm_cost_hint if kind == "llm" else owner.tool_cost_hint,
-        model=model if isinstance(model, str) and model else None,
-        provider=provider,
-    )
+    model = model if isinstance(model, str) and model else None
+    operation = f"crewai.{kind}:{name}"
+    hint = owner.llm_cost_hint if kind == "llm" else owner.tool_cost_hint
+    if hint is None:  # a model call's worst case: the prompt estimated, the LLM's max_tokens or the default
+        limits = {field: getattr(llm, field, None) for field in OUTPUT_LIMITS}
+        hint = reservation(
+            ctx, model, provider, text_tokens(prompt), limit(limits, *OUTPUT_LIMITS), operation
+        )
+    return WrapOptions(operation_name=operation, cost_estimate_hint=hint, model=model, provider=provider)
 
 
 def _dict_arguments(edited: Any) -> None:
@@ -155,7 +159,7 @@ def _dict_arguments(edited: Any) -> None:
         raise TypeError(f"tool arguments must be a dict, got {type(edited).__name__}")
 
 
-def begin(kind: str, name: str, llm: Any = None, arguments: Any = None) -> Call | None:
+def begin(kind: str, name: str, llm: Any = None, arguments: Any = None, prompt: Any = None) -> Call | None:
     """Begin the call in every owning context (None: uncontained); on a halt, give back what was
     begun and raise :class:`CrewExecutionHalted`, so the call does not run. A tool call an
     approval policy gates waits here; a rejection that answers the agent raises ToolCallRejected."""
@@ -167,7 +171,12 @@ def begin(kind: str, name: str, llm: Any = None, arguments: Any = None) -> Call 
     for owner, ctx in found:
         try:
             nodes.append(
-                ctx.begin_call(kind, _options(owner, kind, name, llm), arguments=arguments, editable=editable)
+                ctx.begin_call(
+                    kind,
+                    _options(owner, kind, name, llm, ctx, prompt),
+                    arguments=arguments,
+                    editable=editable,
+                )
             )
         except (ExecutionHalted, ToolCallRejected) as refused:
             for node in nodes:

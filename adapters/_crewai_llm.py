@@ -40,13 +40,13 @@ class _Run:
     __slots__ = ("call", "usage", "_call_token", "_usage_token")
 
     @classmethod
-    def start(cls, llm: Any) -> _Run | None:
+    def start(cls, llm: Any, messages: Any = None) -> _Run | None:
         current = llm_call.get()
         if current is not None and current.state == "running":
             return None  # nested: an LLM implemented through another wrapped call
         if current is not None and current.state == "pending":
             return cls(current, own=False)  # begun by the before_llm_call hook
-        call = begin("llm", "direct", llm)  # raises CrewExecutionHalted at a limit
+        call = begin("llm", "direct", llm, prompt=messages)  # raises CrewExecutionHalted at a limit
         return cls(call, own=True) if call is not None else None
 
     def __init__(self, call: Call, *, own: bool) -> None:
@@ -130,7 +130,7 @@ _provider_claims.register(_enclosing_llm)
 def _wrap_sync(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def call(llm: Any, *args: Any, **kwargs: Any) -> Any:
-        run = _Run.start(llm)
+        run = _Run.start(llm, args[0] if args else kwargs.get("messages"))
         if run is None:
             return original(llm, *args, **kwargs)
         with run:
@@ -145,7 +145,7 @@ def _wrap_sync(original: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_async(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     async def acall(llm: Any, *args: Any, **kwargs: Any) -> Any:
-        run = _Run.start(llm)
+        run = _Run.start(llm, args[0] if args else kwargs.get("messages"))
         if run is None:
             return await original(llm, *args, **kwargs)
         with run:

@@ -55,6 +55,7 @@ from ._langchain_control import (
     rejected_tool_message,
     with_fallback,
 )
+from ._provider_estimate import OUTPUT_LIMITS, limit, reservation, text_tokens
 
 if TYPE_CHECKING:
     # Only used in annotations; not exported by (or missing from) langchain 1.0.
@@ -100,14 +101,19 @@ class VeronicaAgentMiddleware(_Base):
         *,
         config: ExecutionConfig | None = None,
         exit_behavior: Literal["raise", "end"] = "raise",
-        cost_estimate_hint: float = 0.0,
+        cost_estimate_hint: float | None = None,
     ) -> None:
         super().__init__()
         if exit_behavior not in ("raise", "end"):
             raise ValueError(f"exit_behavior must be 'raise' or 'end', got {exit_behavior!r}")
         self._binding = ContextBinding(context, config)
         self.exit_behavior = exit_behavior
-        self._hint = WrapOptions(cost_estimate_hint=cost_estimate_hint).cost_estimate_hint
+        # None: each model call reserves its worst case (the provider layer's estimator).
+        self._hint = (
+            None
+            if cost_estimate_hint is None
+            else WrapOptions(cost_estimate_hint=cost_estimate_hint).cost_estimate_hint
+        )
 
     @property
     def owned_context(self) -> ExecutionContext | None:
@@ -116,13 +122,21 @@ class VeronicaAgentMiddleware(_Base):
 
     # -- shared steps -------------------------------------------------------------------------------
 
-    def _model_options(self, request: ModelRequest[Any]) -> WrapOptions:
+    def _model_options(self, ctx: ExecutionContext, request: ModelRequest[Any]) -> WrapOptions:
         model = getattr(request.model, "model_name", None) or getattr(request.model, "model", None)
-        return WrapOptions(
-            operation_name="agent_model",
-            cost_estimate_hint=self._hint,
-            model=model if isinstance(model, str) and model else None,
-        )
+        model = model if isinstance(model, str) and model else None
+        hint = self._hint
+        if hint is None:  # the worst case: prompt estimated, the model's max tokens or the default
+            settings = {name: getattr(request.model, name, None) for name in OUTPUT_LIMITS}
+            prompt = (
+                getattr(request, "system_prompt", None),
+                request.messages,
+                getattr(request, "tools", None),
+            )
+            hint = reservation(
+                ctx, model, None, text_tokens(prompt), limit(settings, *OUTPUT_LIMITS), "agent_model"
+            )
+        return WrapOptions(operation_name="agent_model", cost_estimate_hint=hint, model=model)
 
     def _model_halted(self, halt: ExecutionHalted) -> AIMessage:
         if self.exit_behavior == "raise":
@@ -184,7 +198,7 @@ class VeronicaAgentMiddleware(_Base):
             return handler(request)
         while True:  # re-asked after a rejected answer; the kernel bounds it by the retry budget
             try:
-                node = ctx.begin_call("llm", self._model_options(request))
+                node = ctx.begin_call("llm", self._model_options(ctx, request))
             except ExecutionHalted as halt:
                 return self._model_halted(halt)
             try:
@@ -212,7 +226,7 @@ class VeronicaAgentMiddleware(_Base):
             return await handler(request)
         while True:
             try:
-                node = await ctx.abegin_call("llm", self._model_options(request))
+                node = await ctx.abegin_call("llm", self._model_options(ctx, request))
             except ExecutionHalted as halt:
                 return self._model_halted(halt)
             try:

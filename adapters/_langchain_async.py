@@ -55,7 +55,7 @@ class VeronicaAsyncCallbackHandler(HandlerCore, AsyncCallbackHandler):
         context: ExecutionContext | None = None,
         *,
         config: ExecutionConfig | None = None,
-        cost_estimate_hint: float = 0.0,
+        cost_estimate_hint: float | None = None,
     ) -> None:
         super().__init__()
         self._setup(context, config, cost_estimate_hint)
@@ -104,8 +104,10 @@ class VeronicaAsyncCallbackHandler(HandlerCore, AsyncCallbackHandler):
         if node is None:
             # Raises ExecutionHalted (or ToolCallRejected): the call never runs. A gated tool's
             # approval is awaited here without blocking the loop.
-            options = self._options(kind, serialized, metadata, extra)
-            node = await ctx.abegin_call(kind, options, key=run_id, arguments=arguments)
+            options = self._options(kind, serialized, metadata, extra, ctx, arguments)
+            node = await ctx.abegin_call(
+                kind, options, key=run_id, arguments=arguments if kind == "tool" else None
+            )
         self._open[run_id] = node
 
     async def _asettle(self, node: CallNode, response: LLMResult) -> None:
@@ -138,7 +140,7 @@ class VeronicaAsyncCallbackHandler(HandlerCore, AsyncCallbackHandler):
         **kwargs: Any,
     ) -> None:
         try:
-            await self._abegin("llm", run_id, serialized, metadata, kwargs)
+            await self._abegin("llm", run_id, serialized, metadata, kwargs, messages)
         except Exception:
             # Inline and raising: the other handlers' start coroutines are still awaited, and the
             # steps of this batch's earlier message lists (never run, never ended) given back.
@@ -159,7 +161,7 @@ class VeronicaAsyncCallbackHandler(HandlerCore, AsyncCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        await self._abegin("llm", run_id, serialized, metadata, kwargs)
+        await self._abegin("llm", run_id, serialized, metadata, kwargs, prompts)
 
     async def on_llm_end(
         self,

@@ -18,6 +18,7 @@ from langchain_core.outputs import LLMResult
 
 from .. import CallNode, ContextBinding, ExecutionConfig, ExecutionContext, WrapOptions
 from ._langchain_claims import adopt
+from ._provider_estimate import OUTPUT_LIMITS, limit, reservation, text_tokens
 
 __all__ = ["COST_HINT_METADATA_KEY", "HandlerCore", "VeronicaCallbackHandler"]
 
@@ -27,7 +28,7 @@ COST_HINT_METADATA_KEY = "veronica_cost_estimate_hint"
 """Run metadata key (``model.with_config(metadata={...})``) giving a per-call cost hint in USD."""
 
 
-def _hint(value: Any, default: float) -> float:
+def _hint(value: Any, default: float | None) -> float | None:
     # A bad hint in user metadata must not break the run (the handler raises errors on purpose).
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return default
@@ -70,9 +71,12 @@ class HandlerCore:
     ``abegin_call``, so an async budget parent never blocks the event loop); settling is the same.
     """
 
-    def _setup(self, context: ExecutionContext | None, config: ExecutionConfig | None, hint: float) -> None:
+    def _setup(
+        self, context: ExecutionContext | None, config: ExecutionConfig | None, hint: float | None
+    ) -> None:
         self._binding = ContextBinding(context, config)
-        self._hint = WrapOptions(cost_estimate_hint=hint).cost_estimate_hint
+        # None: each model run reserves its worst case (the provider layer's estimator).
+        self._hint = None if hint is None else WrapOptions(cost_estimate_hint=hint).cost_estimate_hint
         # Open steps by LangChain run id; entries live from start to end/error only.
         self._open: dict[UUID, CallNode] = {}
 
@@ -90,16 +94,34 @@ class HandlerCore:
         serialized: Mapping[str, Any] | None,
         metadata: Mapping[str, Any] | None,
         extra: Mapping[str, Any],
+        ctx: ExecutionContext | None = None,
+        prompt: Any = None,
     ) -> WrapOptions:
         meta = metadata or {}
         params = extra.get("invocation_params") or {}
         name = extra.get("name") or (serialized or {}).get("name") or kind
         model = meta.get("ls_model_name") or params.get("model") or params.get("model_name")
-        key = (
-            name if isinstance(name, str) else kind,
-            _hint(meta.get(COST_HINT_METADATA_KEY), self._hint) if kind == "llm" else 0.0,
-            model if isinstance(model, str) and model else None,
-        )
+        model = model if isinstance(model, str) and model else None
+        name = name if isinstance(name, str) else kind
+        hint = 0.0
+        if kind == "llm":
+            given = _hint(meta.get(COST_HINT_METADATA_KEY), self._hint)
+            if given is None and ctx is not None:
+                # The worst case, as the provider layer reserves it: the prompt estimated, the
+                # run's max tokens (LangChain's invocation params) or the configured default.
+                worst = (
+                    text_tokens(prompt, params.get("tools")),
+                    limit(
+                        {**params, "ls_max_tokens": meta.get("ls_max_tokens")},
+                        *OUTPUT_LIMITS,
+                        "ls_max_tokens",
+                    ),
+                )
+                provider = meta.get("ls_provider")
+                provider = provider if isinstance(provider, str) else None
+                given = reservation(ctx, model, provider, worst[0], worst[1], name)
+            hint = given or 0.0
+        key = (name, hint, model)
         # Options are frozen: one per (name, hint, model), not one per run (a run's own cost).
         options = _OPTIONS.get(key)
         if options is None:
@@ -142,9 +164,11 @@ class VeronicaCallbackHandler(HandlerCore, BaseCallbackHandler):
 
     Binding: ``context`` if given; else the context current at call time (request middleware or an
     entered ``ExecutionContext``); else one context owned by this handler, built from ``config``;
-    else runs are not contained. ``cost_estimate_hint`` (USD) is reserved before each model call so
-    ``max_cost_usd`` can stop the call that would cross it; run metadata
-    ``{"veronica_cost_estimate_hint": x}`` overrides it per runnable.
+    else runs are not contained. Before each model call its worst case is reserved (the prompt
+    estimated, the run's ``max_tokens`` or the configured default out, priced for its model) so
+    ``max_cost_usd`` stops the call that could cross it; ``cost_estimate_hint`` (USD) reserves that
+    instead, and run metadata ``{"veronica_cost_estimate_hint": x}`` overrides it per runnable. A
+    named model that cannot be priced is refused (``unpriced``) under a cost limit.
 
     Sync, so it contains sync and async runs alike: LangChain runs a sync handler in async runs
     too (in its executor, with a copy of the caller's context, and awaits it before the model is
@@ -162,7 +186,7 @@ class VeronicaCallbackHandler(HandlerCore, BaseCallbackHandler):
         context: ExecutionContext | None = None,
         *,
         config: ExecutionConfig | None = None,
-        cost_estimate_hint: float = 0.0,
+        cost_estimate_hint: float | None = None,
     ) -> None:
         super().__init__()
         self._setup(context, config, cost_estimate_hint)
@@ -200,9 +224,9 @@ class VeronicaCallbackHandler(HandlerCore, BaseCallbackHandler):
         if node is None:
             # Raises ExecutionHalted (or ToolCallRejected): the call never runs. A tool an approval
             # policy gates waits here for the approver, who sees its arguments (no edits: a
-            # callback cannot change what the tool runs with).
-            options = self._options(kind, serialized, metadata, extra)
-            node = ctx.begin_call(kind, options, key=run_id, arguments=arguments)
+            # callback cannot change what the tool runs with). A model run's arguments: its prompt.
+            options = self._options(kind, serialized, metadata, extra, ctx, arguments)
+            node = ctx.begin_call(kind, options, key=run_id, arguments=arguments if kind == "tool" else None)
         self._open[run_id] = node
 
     # -- model runs ---------------------------------------------------------------------------------
@@ -218,7 +242,7 @@ class VeronicaCallbackHandler(HandlerCore, BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._begin("llm", run_id, serialized, metadata, kwargs)
+        self._begin("llm", run_id, serialized, metadata, kwargs, messages)
 
     def on_llm_start(
         self,
@@ -231,7 +255,7 @@ class VeronicaCallbackHandler(HandlerCore, BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._begin("llm", run_id, serialized, metadata, kwargs)
+        self._begin("llm", run_id, serialized, metadata, kwargs, prompts)
 
     def on_llm_end(
         self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any

@@ -29,6 +29,7 @@ from llama_index.core.tools.types import BaseTool, ToolOutput
 from .. import CallNode, ExecutionContext, ExecutionHalted, ToolCallRejected, WrapOptions
 from ..kernel.pricing import extract_usage, usage_from_mapping
 from . import _provider_claims
+from ._provider_estimate import limit, text_tokens
 
 logger = logging.getLogger("veronica_mw.adapters.llamaindex")
 
@@ -36,7 +37,9 @@ logger = logging.getLogger("veronica_mw.adapters.llamaindex")
 class Handler(Protocol):
     def resolve_context(self) -> ExecutionContext | None: ...
 
-    def llm_options(self, name: str, model: str | None) -> WrapOptions: ...
+    def llm_options(
+        self, name: str, model: str | None, ctx: ExecutionContext, worst: tuple[int, int]
+    ) -> WrapOptions: ...
 
 
 installed: list[Handler] = []  # mutated under the public module's lock; read as a snapshot
@@ -58,14 +61,14 @@ def _bound() -> list[tuple[Handler, ExecutionContext]]:
 def _begin_all(
     bound: list[tuple[Handler, ExecutionContext]],
     kind: str,
-    options: Callable[[Handler], WrapOptions],
+    options: Callable[[Handler, ExecutionContext], WrapOptions],
     key: Hashable,
 ) -> list[CallNode]:
     """Begin the call in every bound context; on a halt give back what was begun, then raise."""
     nodes: list[CallNode] = []
     for handler, ctx in bound:
         try:
-            node = ctx.begin_call(kind, options(handler), key=key)
+            node = ctx.begin_call(kind, options(handler, ctx), key=key)
         except ExecutionHalted:
             for begun in nodes:
                 begun.release()
@@ -188,10 +191,18 @@ class _LLMGate(BaseCallbackHandler):
         serialized = payload.get(EventPayload.SERIALIZED) or {}
         form = "chat" if EventPayload.MESSAGES in payload else "complete"
         name = f"{serialized.get('class_name', 'llm')}.{form}"
-        model = serialized.get("model_name")
+        model = serialized.get("model_name") or serialized.get("model")  # OpenAI's LLM: ``model``
         model = model if isinstance(model, str) and model != "unknown" else None
         key = _enclosing_key(event_id)
-        _open[event_id] = (_begin_all(bound, "llm", lambda h: h.llm_options(name, model), key), key, None)
+        # The worst case, as the provider layer reserves it: the prompt estimated, and the LLM's
+        # max_tokens (serialized with it) or the configured default.
+        prompt = payload.get(EventPayload.MESSAGES, payload.get(EventPayload.PROMPT))
+        worst = (text_tokens(prompt), limit(serialized, "max_tokens", "max_new_tokens", "num_output"))
+        _open[event_id] = (
+            _begin_all(bound, "llm", lambda h, ctx: h.llm_options(name, model, ctx, worst), key),
+            key,
+            None,
+        )
         return event_id
 
     def on_event_end(
@@ -239,7 +250,7 @@ class _Watcher(NullSpanHandler):
         elif isinstance(instance, BaseTool) and not _in_tool.get() and (bound := _bound()):
             options = WrapOptions(operation_name=instance.metadata.get_name())
             try:
-                nodes = _begin_all(bound, "tool", lambda h: options, ("llamaindex.tool", id_))
+                nodes = _begin_all(bound, "tool", lambda h, ctx: options, ("llamaindex.tool", id_))
             except ExecutionHalted:
                 logger.debug("veronica_mw: %s runs outside an agent after a halt", options.operation_name)
                 return

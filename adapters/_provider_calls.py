@@ -12,22 +12,22 @@ context's retry budget through :meth:`ProviderCall.retry`. No SDK is imported he
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
 
 from .. import CallNode, ExecutionContext, ExecutionHalted, TokenUsage, WrapOptions
-from .. import instrumentation as _instrumentation
 from ..kernel._io import response_text
 from ..kernel.context import PendingContext, current_context
-from ..kernel.pricing import price_usage
 from . import _provider_claims as claims
+from . import _provider_fit as _fit
+from ._provider_estimate import limit, price, reservation, text_tokens
+
+__all__ = ["Plan", "ProviderCall", "begin", "context_now", "limit", "price", "text_tokens"]
 
 _UNSET: Any = object()
 _SENTINELS = frozenset({"NotGiven", "Omit"})  # openai/anthropic ``NOT_GIVEN`` and ``omit``
 _current = current_context.get
-# A data URL or base64 blob (an image, a file) is not text: counted as this many tokens instead.
-_BLOB_TOKENS = 1000
 
 
 def context_now() -> ExecutionContext | None:
@@ -40,93 +40,50 @@ def context_now() -> ExecutionContext | None:
     return value
 
 
-_BLOB = object()
-_MIME_KEYS = ("media_type", "mime_type", "mimeType")
-
-
-def _strings(value: Any, depth: int = 0) -> Iterator[Any]:
-    """The text in a request body (messages, contents); inline files and images as ``_BLOB``."""
-    if isinstance(value, str):
-        yield _BLOB if value.startswith("data:") and len(value) > 256 else value
-    elif depth > 12:
-        return
-    elif isinstance(value, Mapping):
-        if "data" in value and any(key in value for key in _MIME_KEYS):  # base64 image/file source
-            yield _BLOB
-            return
-        for item in value.values():
-            yield from _strings(item, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _strings(item, depth + 1)
-    elif not isinstance(value, (bytes, int, float)) and value is not None:
-        fields = getattr(value, "__dict__", None)  # SDK objects (Gemini Content, pydantic messages)
-        if isinstance(fields, dict):
-            yield from _strings(fields, depth + 1)
-
-
-def text_tokens(*values: Any) -> int:
-    """Estimated tokens of the text in ``values``: characters / 4 rounded up, plus a flat
-    ``_BLOB_TOKENS`` per inline image or file."""
-    chars = 0
-    blobs = 0
-    for text in _strings(values):
-        if text is _BLOB:
-            blobs += 1
-        else:
-            chars += len(text)
-    return -(-chars // 4) + blobs * _BLOB_TOKENS
-
-
-def limit(body: Mapping[str, Any], *names: str) -> int:
-    """The request's own output limit (the first of ``names`` set), else the configured default."""
-    for name in names:
-        value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-    return _instrumentation.settings.max_output_tokens
-
-
 Outcome = tuple[TokenUsage | None, str | None, int]  # usage, reported model, generated characters
 
 
 class Plan:
     """What is about to be sent: enough to name the step and reserve its worst case."""
 
-    __slots__ = ("operation", "model", "provider", "input_tokens", "output_tokens")
+    __slots__ = (
+        "operation",
+        "model",
+        "provider",
+        "input_tokens",
+        "output_tokens",
+        "limit_field",
+        "choices",
+        "fitted",
+    )
 
     def __init__(
-        self, operation: str, model: str | None, provider: str | None, input_tokens: int, output_tokens: int
+        self,
+        operation: str,
+        model: str | None,
+        provider: str | None,
+        input_tokens: int,
+        output_tokens: int,
+        limit_field: str | None = None,
+        choices: int = 1,
     ) -> None:
         self.operation = operation
         self.model = model
         self.provider = provider  # genai-prices provider id ("openai", "anthropic", "google")
         self.input_tokens = input_tokens
-        self.output_tokens = output_tokens
+        self.output_tokens = output_tokens  # all choices together
+        # The request body's field holding the per-choice output limit, which FitOutputToBudget
+        # may lower (None: this request cannot be fitted); ``fitted``: the lowered value.
+        self.limit_field = limit_field
+        self.choices = choices
+        self.fitted: int | None = None
 
-    def reservation(self) -> float:
-        """USD reserved before sending: the configured hint, else the worst case at the model's
-        prices (0 for a model genai-prices does not know)."""
-        hint = _instrumentation.settings.cost_estimate_hint
-        if hint is not None:
-            return hint
-        priced = price(TokenUsage(self.input_tokens, self.output_tokens), (self.model,), self.provider)
-        return priced[0] if priced is not None else 0.0
-
-
-def price(
-    usage: TokenUsage, models: tuple[str | None, ...], provider: str | None
-) -> tuple[float, str] | None:
-    """Price ``usage`` for the first of ``models`` genai-prices knows (under ``provider``, then any)."""
-    for model in models:
-        if not model:
-            continue
-        for prov in (provider, None) if provider else (None,):
-            try:
-                return price_usage(usage, model, prov), model
-            except LookupError:
-                continue
-    return None
+    def reservation(self, ctx: ExecutionContext) -> float:
+        """USD reserved before sending (see :func:`._provider_estimate.reservation`); raises
+        ExecutionHalted ``unpriced`` for a model that cannot be priced under a cost limit."""
+        return reservation(
+            ctx, self.model, self.provider, self.input_tokens, self.output_tokens, self.operation
+        )
 
 
 class ProviderCall:
@@ -138,7 +95,7 @@ class ProviderCall:
     draws its retries and reports the usage it saw (``CallNode.reported_usage``).
     """
 
-    __slots__ = ("ctx", "node", "plan", "own", "retry_error")
+    __slots__ = ("ctx", "node", "plan", "own", "retry_error", "sent")
 
     def __init__(self, ctx: ExecutionContext, node: CallNode, plan: Plan, own: bool = True) -> None:
         self.ctx = ctx
@@ -146,6 +103,10 @@ class ProviderCall:
         self.plan = plan
         self.own = own
         self.retry_error: BaseException | None = None
+        # Whether the request may have left the process. An SDK patch that knows when it is built
+        # (the Stainless SDKs' ``_build_request``) sets it False before the call and True there;
+        # elsewhere it stays True: a cancelled call is then assumed sent, and kept as spent.
+        self.sent = True
 
     def retry(self, exc: BaseException | None) -> None:
         """The SDK is about to retry: draw one retry, or raise ExecutionHalted so it is not sent."""
@@ -192,6 +153,10 @@ class ProviderCall:
         node = self.node
         if isinstance(exc, ExecutionHalted) and self.retry_error is not None:
             node.fail(self.retry_error)  # attempts that all failed cost nothing; no retry left to draw
+        elif not self.sent and not isinstance(exc, Exception):
+            # Cancelled before its request was built, so before anything left the process: the
+            # step and its reservation are given back (the layer above's too: nothing was sent).
+            node.release()
         elif not self.own:
             return  # the layer above sees the exception and settles its step
         elif isinstance(exc, Exception):
@@ -291,7 +256,22 @@ def _options(plan: Plan, hint: float) -> WrapOptions:
 def begin(ctx: ExecutionContext, plan: Plan) -> ProviderCall:
     """Admit the planned request as one step (or adopt the enclosing layer's); raise
     ExecutionHalted, with nothing sent, when a limit refuses it."""
-    estimate = plan.reservation()  # priced here, never under the context's lock
+    original = _fit.fit(ctx, plan)  # FitOutputToBudget: lower the output limit to what is left
+    call = _admit(ctx, plan, plan.reservation(ctx))  # priced here, never under the context's lock
+    if original is not None:
+        ctx.add_event(
+            "modified",
+            f"{plan.operation}: {plan.limit_field} lowered from {original} to {plan.fitted} to fit",
+            field=plan.limit_field,
+            original=original,
+            fitted=plan.fitted,
+            node_id=call.node.node_id,
+            model=plan.model,
+        )
+    return call
+
+
+def _admit(ctx: ExecutionContext, plan: Plan, estimate: float) -> ProviderCall:
     offered = claims.offered_step(ctx)
     node = offered[0] if offered is not None else None
     if offered is not None and offered[1]:  # the layer above sends again (its retry, a fallback)
@@ -311,12 +291,24 @@ def begin(ctx: ExecutionContext, plan: Plan) -> ProviderCall:
             node = ctx.begin_call("llm", _options(plan, estimate))
             claims.claim(node)
             return ProviderCall(ctx, node, plan)
-    try:
-        node.add_reservation(max(0.0, estimate - node.reserved_usd))  # 0: admitted already, sent as is
-    except ExecutionHalted:
-        node.release()  # never sent: the step the layer above began is given back
-        raise
+    top_up = max(0.0, estimate - node.reserved_usd)  # 0: admitted already, sent as is
+    if top_up and not ctx.aborted:  # halted meanwhile: the admitted step is sent as admitted
+        try:
+            node.add_reservation(top_up)
+        except ExecutionHalted:
+            if _admitted_before_halt(ctx):
+                return ProviderCall(ctx, node, plan, own=False)
+            node.release()  # never sent: the step the layer above began is given back
+            raise
     return ProviderCall(ctx, node, plan, own=False)
+
+
+def _admitted_before_halt(ctx: ExecutionContext) -> bool:
+    """After a refused top-up: whether the context had halted for another reason (a sibling's
+    refusal at max_steps, a timeout, a cancel) rather than because this top-up would cross the
+    cost ceiling. A step admitted before such a halt runs: N admitted steps are N requests sent."""
+    reason = ctx.get_snapshot().abort_reason
+    return reason is not None and reason != "budget_exceeded"
 
 
 active: ContextVar[ProviderCall | None] = ContextVar("veronica_mw_provider_call", default=None)

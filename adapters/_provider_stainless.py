@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
+from . import _provider_fit as _fit
 from . import _provider_streams as streams
 from ._provider_calls import Outcome, Plan, ProviderCall, active, begin, context_now, retrying
 from ._provider_patch import Patches, attr
@@ -63,6 +64,25 @@ def _route(call: ProviderCall, endpoint: Endpoint, result: Any, stream: bool, sd
         logger.exception("veronica_mw: could not settle %s; its reservation is kept", call.plan.operation)
         call.abandon()
     return None
+
+
+def _with_body(options: Any, body: Mapping[str, Any]) -> Any:
+    """A copy of the request options with another JSON body (the caller's options are untouched)."""
+    copier = getattr(options, "model_copy", None)  # FinalRequestOptions is a pydantic model
+    if callable(copier):
+        return copier(update={"json_data": body})
+    options = copy.copy(options)  # pragma: no cover - pydantic v1 builds of the SDK
+    options.json_data = body
+    return options
+
+
+def fitted(call: ProviderCall, options: Any) -> Any:
+    """``options`` with the output limit FitOutputToBudget lowered (see ``_provider_fit``)."""
+    plan = call.plan
+    body = getattr(options, "json_data", None)
+    if plan.fitted is None or not isinstance(body, Mapping):
+        return options
+    return _with_body(options, _fit.lowered_body(body, plan))
 
 
 def downgrade(call: ProviderCall, options: Any) -> Any:
@@ -103,6 +123,7 @@ class SDK:
         base = attr(module, "_base_client")
         self.sync_client = attr(base, "SyncAPIClient")
         self.async_client = attr(base, "AsyncAPIClient")
+        self.base_client = attr(base, "BaseClient")
         found = [attr(module, f"_streaming.{name}") for name in ("Stream", "AsyncStream")]
         self.stream_types: tuple[type, ...] = tuple(t for t in found if isinstance(t, type))
         paths = ("_response.APIResponse", "_response.AsyncAPIResponse", "_legacy_response.LegacyAPIResponse")
@@ -121,8 +142,9 @@ def _sync_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
                 return original(self, cast_to, options, *args, **kwargs)
             plan, endpoint = planned
             call = begin(ctx, plan)  # ExecutionHalted here: nothing was sent
-            options = downgrade(call, options)
+            options = fitted(call, downgrade(call, options))
             call.record_request(getattr(options, "json_data", None))  # as sent; no-op unless bodies are kept
+            call.sent = False  # until the SDK builds the HTTP request (see _build)
             token = active.set(call)
             try:
                 result = original(self, cast_to, options, *args, **kwargs)
@@ -152,8 +174,9 @@ def _async_request(sdk: SDK) -> Callable[[Any], Callable[..., Any]]:
                 return await original(self, cast_to, options, *args, **kwargs)
             plan, endpoint = planned
             call = begin(ctx, plan)
-            options = downgrade(call, options)
+            options = fitted(call, downgrade(call, options))
             call.record_request(getattr(options, "json_data", None))
+            call.sent = False
             token = active.set(call)
             try:
                 result = await original(self, cast_to, options, *args, **kwargs)
@@ -186,6 +209,19 @@ def _sleep(original: Any) -> Callable[..., Any]:
         return original(self, *args, **kwargs)
 
     return sleep
+
+
+def _build(original: Any) -> Callable[..., Any]:
+    """``_build_request``: the SDK builds each attempt's HTTP request right before sending it; from
+    here on the request may have left the process (a cancellation then keeps the reservation)."""
+
+    def build(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = active.get()
+        if call is not None:
+            call.sent = True
+        return original(self, *args, **kwargs)
+
+    return build
 
 
 def _close(original: Any) -> Callable[..., Any]:
@@ -236,6 +272,7 @@ def patch(sdk: SDK, module: Any, helper_streams: tuple[Any, ...]) -> Patches:
     patches.wrap(sdk.async_client, "request", _async_request(sdk))
     for client in (sdk.sync_client, sdk.async_client):
         patches.wrap(client, "_sleep_for_retry", _sleep)
+    patches.wrap(sdk.base_client, "_build_request", _build)
     for stream_type in sdk.stream_types:
         patches.wrap(stream_type, "close", _close)
     for helper in helper_streams:

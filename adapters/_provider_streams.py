@@ -25,7 +25,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from .. import ExecutionContext, Observer, add_observer, remove_observer
+from .. import ExecutionContext, HaltReason, Observer, add_observer, remove_observer
 from ._provider_calls import Outcome, ProviderCall
 
 
@@ -50,6 +50,12 @@ class Meter:
             self.chars += len(text)
             if self.text is not None:
                 self.text.append(text)
+
+    def counted(self, text: Any) -> None:
+        """Generated output that is not answer text (a tool call's arguments or name) arrived:
+        counted for the estimate when no usage comes, not kept as the response text."""
+        if isinstance(text, str):
+            self.chars += len(text)
 
     def outcome(self) -> Outcome:
         return self.tokens, self.model, self.chars
@@ -109,17 +115,41 @@ class Pending:
 
 
 class StreamPending(Pending):
-    __slots__ = ("meter", "busy", "items")
+    __slots__ = ("meter", "busy", "items", "cut")
 
     def __init__(self, call: ProviderCall, owner: Any, meter: Meter) -> None:
         super().__init__(call, owner)
         self.meter = meter
         self.busy = 0  # inside the stream's own next(): a close() from there is its end, not ours
         self.items = 0
+        self.cut = False  # the output reached what was reserved: the stream ends at the next read
 
     def feed(self, item: Any) -> None:
         self.items += 1
-        self.meter.feed(item)
+        meter = self.meter
+        meter.feed(item)
+        # Output counted as it streams (4 characters a token, tool-call arguments included): past
+        # the output tokens reserved for it, the stream is cut, so a provider that ignores
+        # max_tokens cannot run past the reservation. This item still reaches the caller.
+        reserved = self.call.plan.output_tokens
+        if not meter.final and reserved > 0 and -(-meter.chars // 4) > reserved:
+            self.cut = True
+
+    def halt(self) -> BaseException:
+        """The stream reached its reservation: settle it (the reservation is kept as spent), halt
+        the context with ``budget_exceeded`` and return the ExecutionHalted to raise."""
+        call = self.call
+        self.stop()
+        ctx = call.ctx
+        reserved = call.plan.output_tokens
+        detail = f"{call.plan.operation}: the stream reached the {reserved} output tokens reserved for it"
+        abort = getattr(ctx, "_abort", None)  # the kernel's halt; a public one would replace this
+        if callable(abort):
+            abort(HaltReason.BUDGET_EXCEEDED, detail)
+        else:  # pragma: no cover - a kernel without it: the context still halts
+            ctx.cancel(detail)
+        ctx.add_event("stream_cut", detail, node_id=call.node.node_id, output_tokens=call.plan.output_tokens)
+        return ctx.halted_error()
 
     def error(self, exc: BaseException) -> None:
         """The stream raised: a request that failed before anything came back is a failed call
@@ -162,6 +192,11 @@ class Observed:
         return self
 
     def __next__(self) -> Any:
+        if self.pending.cut:
+            close = getattr(self.inner, "close", None)
+            if close is not None:
+                close()
+            raise self.pending.halt()
         try:
             item = next(self.inner)
         except StopIteration:
@@ -193,6 +228,11 @@ class AsyncObserved:
         return self
 
     async def __anext__(self) -> Any:
+        if self.pending.cut:
+            aclose = getattr(self.inner, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            raise self.pending.halt()
         try:
             item = await self.inner.__anext__()
         except StopAsyncIteration:

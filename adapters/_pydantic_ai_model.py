@@ -25,7 +25,10 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext
 
+from ._provider_estimate import limit, text_tokens
 from ._pydantic_ai_steps import Owner, Step, begin_request, pricing_provider
+
+_LOCAL_SYSTEMS = frozenset({"function", "test"})
 
 
 @dataclass(init=False)
@@ -36,10 +39,22 @@ class VeronicaModel(WrapperModel):
         super().__init__(wrapped)
         self._owner = owner
 
-    def _begin(self, request: object) -> Step | None:
+    def _begin(
+        self, request: list[ModelMessage], settings: ModelSettings | None, parameters: ModelRequestParameters
+    ) -> Step | None:
         name = self.wrapped.model_name
         provider = pricing_provider(name, self.wrapped.system) if name else None
-        return begin_request(self._owner, f"pydantic_ai.model:{name}", request, name, provider)
+        # The worst case, as the provider layer reserves it: the prompt (messages, tool schemas,
+        # instructions) estimated, and the request's max_tokens or the configured default.
+        merged = self.wrapped.settings or {}
+        if settings:
+            merged = {**merged, **settings}
+        tools = [(t.name, t.description, t.parameters_json_schema) for t in parameters.function_tools]
+        worst = (text_tokens(request, tools), limit(merged, "max_tokens"))
+        # Pydantic AI's own local models (FunctionModel, TestModel) run Python, not a provider: one
+        # not named after a priced model reserves nothing rather than being refused as unpriced.
+        local = self.wrapped.system in _LOCAL_SYSTEMS
+        return begin_request(self._owner, f"pydantic_ai.model:{name}", request, name, provider, worst, local)
 
     async def request(
         self,
@@ -47,7 +62,9 @@ class VeronicaModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        step = self._begin(messages)  # raises ExecutionHalted: the request is never sent
+        step = self._begin(
+            messages, model_settings, model_request_parameters
+        )  # raises ExecutionHalted: the request is never sent
         if step is None:
             return await self.wrapped.request(messages, model_settings, model_request_parameters)
         with step.running():
@@ -63,7 +80,7 @@ class VeronicaModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncGenerator[StreamedResponse]:
-        step = self._begin(messages)
+        step = self._begin(messages, model_settings, model_request_parameters)
         if step is None:
             async with self.wrapped.request_stream(
                 messages, model_settings, model_request_parameters, run_context

@@ -34,7 +34,8 @@ from .. import (
     WrapOptions,
 )
 from ..kernel.context import current_node
-from ..kernel.pricing import price_usage
+from ..kernel.pricing import is_priced, price_usage
+from ._provider_estimate import reservation
 
 # What a tool step can end with besides a result: the tool never ran (skipped or deferred by a
 # hook inside ours), or pydantic-ai will ask the model again (a retry, drawn from the budget).
@@ -47,7 +48,7 @@ _REFUSED = "_veronica_pydantic_ai_refused"  # set on a refusal's ExecutionHalted
 
 class Owner(Protocol):
     binding: ContextBinding
-    cost_estimate_hint: float
+    cost_estimate_hint: float | None  # None: the worst case of each request (provider estimator)
 
 
 # The call being run now and the contexts that counted it. A second capability on the same agent
@@ -135,31 +136,49 @@ class Step:
 
 
 def _admission(
-    owner: Owner, kind: str, name: str, call: object, model: str | None, provider: str | None
+    owner: Owner,
+    kind: str,
+    name: str,
+    call: object,
+    model: str | None,
+    provider: str | None,
+    worst: tuple[int, int] = (0, 0),
+    local: bool = False,
 ) -> tuple[ExecutionContext, WrapOptions] | None:
     """The context to count ``call`` in and its options; None when it runs uncontained, or when
-    another capability counted this very call in that context already."""
+    another capability counted this very call in that context already. A model request reserves
+    the owner's hint, else its worst case (``worst``: estimated input tokens, output limit) from
+    the provider layer's estimator; an unpriced model under a cost limit raises ``unpriced``."""
     ctx = owner.binding.resolve()
     if ctx is None:
         return None
     seen = _counted.get()
     if seen is not None and seen[0] is call and id(ctx) in seen[1]:
         return None
+    hint = 0.0
+    if kind == "llm":
+        owned = owner.cost_estimate_hint
+        if owned is None and local and not (model and is_priced(model, provider)):
+            owned = 0.0  # a local model (FunctionModel) that no price names: it costs nothing
+        hint = reservation(ctx, model or None, provider, worst[0], worst[1], name, owned)
     options = WrapOptions(
-        operation_name=name,
-        cost_estimate_hint=owner.cost_estimate_hint if kind == "llm" else 0.0,
-        model=model or None,
-        provider=provider,
+        operation_name=name, cost_estimate_hint=hint, model=model or None, provider=provider
     )
     return ctx, options
 
 
 def begin_request(
-    owner: Owner, name: str, call: object, model: str | None = None, provider: str | None = None
+    owner: Owner,
+    name: str,
+    call: object,
+    model: str | None = None,
+    provider: str | None = None,
+    worst: tuple[int, int] = (0, 0),
+    local: bool = False,
 ) -> Step | None:
     """Begin the step of a model request (None: not counted here). Raises
     :class:`~veronica_mw.ExecutionHalted` at any limit, so the request is never sent."""
-    admitted = _admission(owner, "llm", name, call, model, provider)
+    admitted = _admission(owner, "llm", name, call, model, provider, worst, local)
     if admitted is None:
         return None
     ctx, options = admitted

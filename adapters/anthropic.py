@@ -6,7 +6,9 @@ each ``POST /v1/messages`` — ``messages.create`` (plain or ``stream=True``), `
 ``beta.messages.create``/``stream``, sync or async, raw or not — is admitted before it is sent,
 with its worst case reserved (estimated prompt tokens plus ``max_tokens``), and settled with the
 usage the API reported (cache reads and writes included). Token counting and batch endpoints are
-not model calls and pass through. The SDK's retries each draw one retry from
+not model calls and pass through. ``beta.messages.tool_runner(...)`` (sync, async, streamed): each
+tool run is a ``tool`` step admitted before it runs, and a refusal ends the loop with the halt
+(:mod:`._anthropic_tools`). The SDK's retries each draw one retry from
 ``max_retries_total``; a refused retry is raised from the SDK's retry wait, where anthropic does
 not wrap it. Tested with anthropic 2.x.
 """
@@ -20,10 +22,12 @@ try:
 except ImportError as exc:
     raise MissingFrameworkError("anthropic", "anthropic", exc) from exc
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from ..kernel.pricing import TokenUsage
+from . import _anthropic_tools as _tools
 from . import _provider_stainless as stainless
 from ._provider_calls import Outcome, Plan, limit, text_tokens
 from ._provider_patch import Instrumentation, Patches
@@ -68,30 +72,59 @@ def _model(obj: Any) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, str) else 0
+
+
+def _block_chars(block: Any) -> int:
+    """Characters the model generated in one content block: text, thinking, or a tool call's name
+    and JSON input."""
+    chars = _length(_get(block, "text")) + _length(_get(block, "thinking"))
+    if _get(block, "type") in ("tool_use", "server_tool_use"):
+        tool_input = _get(block, "input")
+        chars += _length(_get(block, "name")) + (
+            len(json.dumps(tool_input, default=str)) if tool_input else 0
+        )
+    return chars
+
+
 def _outcome(message: Any) -> Outcome:
-    chars = 0
-    for block in _get(message, "content") or ():
-        text = _get(block, "text")
-        chars += len(text) if isinstance(text, str) else 0
+    chars = sum(_block_chars(block) for block in _get(message, "content") or ())
     return tokens(_get(message, "usage")), _model(message), chars
 
 
 class _MessagesMeter(Meter):
-    """``message_start`` carries the input usage and the model; ``message_delta`` the final output."""
+    """``message_start`` carries the input usage and the model; ``message_delta`` the final output.
 
-    __slots__ = ()
+    The output counted at ``message_start`` is a placeholder (1): until a ``message_delta`` reports
+    usage the stream's output is unknown, so the start's usage is held aside (``started``) and a
+    stream that ends without one is estimated (the prompt estimate, and its deltas: text, thinking
+    and tool-call JSON, ``input_json_delta``), never charged the placeholder."""
+
+    __slots__ = ("started",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: TokenUsage | None = None
 
     def feed(self, event: Any) -> None:
         kind = getattr(event, "type", None)
         if kind == "content_block_delta":
-            self.seen(getattr(getattr(event, "delta", None), "text", None))
+            delta = getattr(event, "delta", None)
+            self.seen(getattr(delta, "text", None))
+            self.counted(getattr(delta, "partial_json", None))
+            self.counted(getattr(delta, "thinking", None))
+        elif kind == "content_block_start":
+            self.counted(getattr(getattr(event, "content_block", None), "name", None))
         elif kind == "message_start":
             message = getattr(event, "message", None)
             self.model = _model(message) or self.model
-            self.tokens = tokens(getattr(message, "usage", None), self.tokens)
+            self.started = tokens(getattr(message, "usage", None), self.started)
         elif kind == "message_delta":
-            self.tokens = tokens(getattr(event, "usage", None), self.tokens)
-            self.final = self.tokens is not None
+            usage = getattr(event, "usage", None)
+            if usage is not None:
+                self.tokens = tokens(usage, self.started)
+                self.final = self.tokens is not None
 
 
 _MESSAGES = stainless.Endpoint(_outcome, _MessagesMeter)
@@ -110,17 +143,22 @@ class _Endpoints:
             return None
         model = body.get("model") if isinstance(body.get("model"), str) else None
         tokens_in = text_tokens(body.get("system"), body.get("messages"), body.get("tools"))
-        return Plan("anthropic.messages", model, PROVIDER, tokens_in, limit(body, "max_tokens")), _MESSAGES
+        plan = Plan("anthropic.messages", model, PROVIDER, tokens_in, limit(body, "max_tokens"), "max_tokens")
+        return plan, _MESSAGES
 
 
 _slot = Instrumentation()
 
 
 def _apply() -> Patches:
-    stainless.load(_anthropic, "_base_client", "_streaming", "_response", "_legacy_response")
+    stainless.load(
+        _anthropic, "_base_client", "_streaming", "_response", "_legacy_response", "lib.tools._beta_runner"
+    )
     sdk = stainless.SDK(_anthropic, _Endpoints())
     # MessageStream.close closes its raw Stream, which is patched: no helper classes needed.
-    return stainless.patch(sdk, _anthropic, ())
+    patches = stainless.patch(sdk, _anthropic, ())
+    _tools.patch(_anthropic, patches)  # beta.messages.tool_runner: each tool run is a step
+    return patches
 
 
 def instrument() -> None:

@@ -69,7 +69,9 @@ def _before_llm(hc: LLMCallHookContext) -> None:
             current.release()
         else:
             current.commit(None)
-    call = calls.begin("llm", _role(hc.agent), hc.llm)  # raises CrewExecutionHalted at a limit
+    call = calls.begin(
+        "llm", _role(hc.agent), hc.llm, prompt=hc.messages
+    )  # raises CrewExecutionHalted at a limit
     if call is not None:
         call.wrapped = wrap_llm(hc.llm)
     calls.llm_call.set(call)
@@ -178,8 +180,11 @@ class VeronicaCrewAIHooks:
     ``config`` (shared by every crew it serves; :meth:`reset` starts a new one); else the call
     runs uncontained. ``with hooks:`` serves only the crews run inside the block (and the threads
     CrewAI starts for them); ``install()`` serves every crew that is not inside another
-    instance's block, until ``uninstall()``. ``llm_cost_hint``/``tool_cost_hint`` (USD) are
-    reserved before each call, and kept as its cost when the model reports no usage.
+    instance's block, until ``uninstall()``. Before each model call its worst case is reserved
+    (the prompt estimated, the LLM's ``max_tokens`` or the configured default out, priced for its
+    model; a named unpriced model is refused, ``unpriced``, under a cost limit);
+    ``llm_cost_hint``/``tool_cost_hint`` (USD) reserve that instead, kept as the cost when the
+    model reports no usage.
     """
 
     def __init__(
@@ -187,12 +192,16 @@ class VeronicaCrewAIHooks:
         context: ExecutionContext | None = None,
         *,
         config: ExecutionConfig | None = None,
-        llm_cost_hint: float = 0.0,
+        llm_cost_hint: float | None = None,
         tool_cost_hint: float = 0.0,
     ) -> None:
         self.binding = ContextBinding(context, config)
-        # Validated now rather than at the first call.
-        self.llm_cost_hint = WrapOptions(cost_estimate_hint=llm_cost_hint).cost_estimate_hint
+        # Validated now rather than at the first call. None: each model call's worst case.
+        self.llm_cost_hint = (
+            None
+            if llm_cost_hint is None
+            else WrapOptions(cost_estimate_hint=llm_cost_hint).cost_estimate_hint
+        )
         self.tool_cost_hint = WrapOptions(cost_estimate_hint=tool_cost_hint).cost_estimate_hint
         self.serves_globally = False
         self._entries = 0

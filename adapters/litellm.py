@@ -73,8 +73,9 @@ def _plan(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Plan:
 def _outcome(response: Any) -> Outcome:
     chars = 0
     for choice in _get(response, "choices") or ():
-        content = _get(_get(choice, "message"), "content")
-        chars += len(content) if isinstance(content, str) else 0
+        message = _get(choice, "message")
+        content = _get(message, "content")
+        chars += (len(content) if isinstance(content, str) else 0) + _tool_chars(_get(message, "tool_calls"))
     usage = _get(response, "usage")
     model = _get(response, "model")
     return (
@@ -99,8 +100,21 @@ class _ChunkMeter(streams.Meter):
             model = getattr(chunk, "model", None)
             self.model = model if isinstance(model, str) and model else None
         for choice in getattr(chunk, "choices", None) or ():
-            content = getattr(getattr(choice, "delta", None), "content", None)
-            self.chars += len(content) if isinstance(content, str) else 0
+            delta = getattr(choice, "delta", None)
+            content = getattr(delta, "content", None)
+            self.chars += (len(content) if isinstance(content, str) else 0) + _tool_chars(
+                getattr(delta, "tool_calls", None)
+            )
+
+
+def _tool_chars(tool_calls: Any) -> int:
+    """Characters generated in tool calls (names and JSON arguments, whole or as stream deltas)."""
+    chars = 0
+    for tool_call in tool_calls or ():
+        function = _get(tool_call, "function")
+        for part in (_get(function, "name"), _get(function, "arguments")):
+            chars += len(part) if isinstance(part, str) else 0
+    return chars
 
 
 def _halted_from(ctx: ExecutionContext, exc: BaseException) -> BaseException:

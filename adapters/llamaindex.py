@@ -31,6 +31,7 @@ from types import TracebackType
 
 from .. import ContextBinding, ExecutionConfig, ExecutionContext, WrapOptions
 from . import _llamaindex_hooks as _hooks
+from ._provider_estimate import reservation
 
 __all__ = ["VeronicaLlamaIndexHandler"]
 
@@ -44,8 +45,11 @@ class VeronicaLlamaIndexHandler:
     ``uninstall()``. A call binds, when it starts, to ``context``; else to the current context
     (request middleware, an entered ``ExecutionContext``); else to one context this handler builds
     from ``config`` (shared by every agent it serves); with none of these it runs uncontained.
-    ``cost_estimate_hint`` (USD) is reserved before each model call and replaced by the price of the
-    usage the response reports (``raw["usage"]`` and the model name).
+    Before each model call its worst case is reserved (the prompt estimated, the LLM's
+    ``max_tokens`` or the configured default out, priced for its model), replaced by the price of
+    the usage the response reports (``raw["usage"]`` and the model name); ``cost_estimate_hint``
+    (USD) reserves that instead. Without it, a model that cannot be priced is refused
+    (``unpriced``) under a cost limit.
     """
 
     def __init__(
@@ -53,10 +57,14 @@ class VeronicaLlamaIndexHandler:
         context: ExecutionContext | None = None,
         *,
         config: ExecutionConfig | None = None,
-        cost_estimate_hint: float = 0.0,
+        cost_estimate_hint: float | None = None,
     ) -> None:
         self._binding = ContextBinding(context, config)
-        self._hint = WrapOptions(cost_estimate_hint=cost_estimate_hint).cost_estimate_hint  # validated
+        self._hint = (  # validated
+            None
+            if cost_estimate_hint is None
+            else WrapOptions(cost_estimate_hint=cost_estimate_hint).cost_estimate_hint
+        )
         self._installs = 0
 
     def resolve_context(self) -> ExecutionContext | None:
@@ -105,6 +113,10 @@ class VeronicaLlamaIndexHandler:
     ) -> None:
         self.uninstall()
 
-    def llm_options(self, name: str, model: str | None) -> WrapOptions:
-        """How a model call is named, priced and reserved in this handler's context."""
-        return WrapOptions(operation_name=name, cost_estimate_hint=self._hint, model=model)
+    def llm_options(
+        self, name: str, model: str | None, ctx: ExecutionContext, worst: tuple[int, int] = (0, 0)
+    ) -> WrapOptions:
+        """How a model call is named, priced and reserved in ``ctx`` (``worst``: its estimated
+        input tokens and output limit); raises ExecutionHalted ``unpriced`` (see the class doc)."""
+        hint = reservation(ctx, model, None, worst[0], worst[1], name, self._hint)
+        return WrapOptions(operation_name=name, cost_estimate_hint=hint, model=model)

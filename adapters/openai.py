@@ -75,11 +75,24 @@ def _usage(obj: Any) -> TokenUsage | None:
 # -- chat completions -----------------------------------------------------------------------------
 
 
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, str) else 0
+
+
+def _tool_chars(tool_calls: Any) -> int:
+    """Characters a model generated in tool calls (names and JSON arguments), whole or as deltas."""
+    chars = 0
+    for tool_call in tool_calls or ():
+        function = _get(tool_call, "function")
+        chars += _length(_get(function, "name")) + _length(_get(function, "arguments"))
+    return chars
+
+
 def _chat_outcome(result: Any) -> Outcome:
     chars = 0
-    for choice in _get(result, "choices") or ():
-        content = _get(_get(choice, "message"), "content")
-        chars += len(content) if isinstance(content, str) else 0
+    for choice in _get(result, "choices") or ():  # every choice (``n``) was generated and billed
+        message = _get(choice, "message")
+        chars += _length(_get(message, "content")) + _tool_chars(_get(message, "tool_calls"))
     return _usage(result), _model(result), chars
 
 
@@ -93,23 +106,24 @@ class _ChatMeter(Meter):
         if self.model is None:
             self.model = _model(chunk)
         for choice in getattr(chunk, "choices", None) or ():
-            self.seen(getattr(getattr(choice, "delta", None), "content", None))
+            delta = getattr(choice, "delta", None)
+            self.seen(getattr(delta, "content", None))
+            tool_calls = getattr(delta, "tool_calls", None)
+            if tool_calls:
+                self.chars += _tool_chars(tool_calls)
 
 
 # -- Responses API --------------------------------------------------------------------------------
 
 
 def _responses_outcome(result: Any) -> Outcome:
-    text = getattr(result, "output_text", None) if not isinstance(result, Mapping) else None
-    if not isinstance(text, str):
-        text = "".join(
-            part.get("text", "")
-            for item in (_get(result, "output") or ())
-            if isinstance(item, Mapping)
-            for part in item.get("content") or ()
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
-        )
-    return _usage(result), _model(result), len(text)
+    chars = 0
+    for item in _get(result, "output") or ():
+        if _get(item, "type") == "function_call":  # a tool call: its name and JSON arguments
+            chars += _length(_get(item, "name")) + _length(_get(item, "arguments"))
+        for part in _get(item, "content") or ():
+            chars += _length(_get(part, "text"))
+    return _usage(result), _model(result), chars
 
 
 _FINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -122,6 +136,10 @@ class _ResponsesMeter(Meter):
         kind = getattr(event, "type", None)
         if kind == "response.output_text.delta":
             self.seen(getattr(event, "delta", None))
+        elif kind == "response.function_call_arguments.delta":
+            self.counted(getattr(event, "delta", None))
+        elif kind == "response.output_item.added":  # a function call's name comes with its item
+            self.counted(getattr(getattr(event, "item", None), "name", None))
         elif kind in _FINAL_EVENTS or kind == "response.created":
             response = getattr(event, "response", None)
             self.model = _model(response) or self.model
@@ -187,19 +205,37 @@ class _Endpoints:
             return None
         model = body.get("model") if isinstance(body.get("model"), str) else None
         if url.endswith("/chat/completions"):
-            output = limit(body, "max_completion_tokens", "max_tokens") * _choices(body)
+            n = _choices(body)
+            output = limit(body, "max_completion_tokens", "max_tokens") * n
             tokens_in = text_tokens(body.get("messages"), body.get("tools"))
-            return Plan("openai.chat.completions", model, PROVIDER, tokens_in, output), _CHAT
+            # FitOutputToBudget lowers the field the request set (max_tokens for the servers that
+            # know only that one), else the current one.
+            field = "max_tokens" if "max_tokens" in body and "max_completion_tokens" not in body else None
+            plan = Plan(
+                "openai.chat.completions",
+                model,
+                PROVIDER,
+                tokens_in,
+                output,
+                field or "max_completion_tokens",
+                n,
+            )
+            return plan, _CHAT
         if url.endswith("/responses"):
             tokens_in = text_tokens(body.get("input"), body.get("instructions"), body.get("tools"))
             output = limit(body, "max_output_tokens")
-            return Plan("openai.responses", model, PROVIDER, tokens_in, output), _RESPONSES
+            return Plan(
+                "openai.responses", model, PROVIDER, tokens_in, output, "max_output_tokens"
+            ), _RESPONSES
         if url.endswith("/embeddings"):
             return Plan("openai.embeddings", model, PROVIDER, text_tokens(body.get("input")), 0), _EMBEDDINGS
         if url.endswith("/completions"):
-            output = limit(body, "max_tokens") * _choices(body)
+            n = _choices(body)
+            output = limit(body, "max_tokens") * n
             tokens_in = text_tokens(body.get("prompt"))
-            return Plan("openai.completions", model, PROVIDER, tokens_in, output), _COMPLETIONS
+            return Plan(
+                "openai.completions", model, PROVIDER, tokens_in, output, "max_tokens", n
+            ), _COMPLETIONS
         return None
 
 

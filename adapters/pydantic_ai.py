@@ -80,8 +80,11 @@ class VeronicaCapability(AbstractCapability[Any]):
     Binding, at each call: the explicit ``context``; else the current one (request middleware, an
     entered ``ExecutionContext``); else one context owned by this capability, built from
     ``config`` and shared by every run it serves (:meth:`reset` starts a new one); else the call
-    runs uncontained. ``cost_estimate_hint`` (USD) is reserved before each model request, so
-    ``max_cost_usd`` stops the request that could cross it, and replaced by the priced usage.
+    runs uncontained. Before each model request its worst case is reserved (the prompt estimated,
+    ``max_tokens`` or the configured default out, priced for the model), so ``max_cost_usd`` stops
+    the request that could cross it; the priced usage replaces it. ``cost_estimate_hint`` (USD)
+    reserves that instead; without it, a model genai-prices cannot price is refused (``unpriced``)
+    under a cost limit.
     """
 
     def __init__(
@@ -89,10 +92,14 @@ class VeronicaCapability(AbstractCapability[Any]):
         context: ExecutionContext | None = None,
         *,
         config: ExecutionConfig | None = None,
-        cost_estimate_hint: float = 0.0,
+        cost_estimate_hint: float | None = None,
     ) -> None:
         self.binding = ContextBinding(context, config)
-        self.cost_estimate_hint = WrapOptions(cost_estimate_hint=cost_estimate_hint).cost_estimate_hint
+        self.cost_estimate_hint = (
+            None
+            if cost_estimate_hint is None
+            else WrapOptions(cost_estimate_hint=cost_estimate_hint).cost_estimate_hint
+        )
         # Failures pydantic-ai may answer by asking the model again; drawn from the retry budget
         # when it does (the next request step of the same run), not when a run_stream() ends on one.
         self._retries_due: list[BaseException] = []

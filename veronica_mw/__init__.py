@@ -18,6 +18,7 @@ from .control import (
     RequireApproval,
     ToolCall,
 )
+from .control.fit_output import FitOutputToBudget
 from .instrumentation import instrument, uninstrument
 from .kernel.binding import ContextBinding
 from .kernel.budget import BudgetEnforcer
@@ -76,6 +77,7 @@ __all__ = [
     "ExecutionGraph",
     "ExecutionHalted",
     "ExecutionSnapshot",
+    "FitOutputToBudget",
     "Forbidden",
     "HaltReason",
     "JsonOutput",

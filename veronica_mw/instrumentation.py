@@ -51,6 +51,7 @@ class ProviderSettings:
 
     max_output_tokens: int = 4096
     cost_estimate_hint: float | None = None
+    fit_output: object = None  # a FitOutputToBudget for every context (instrument(fit_output=...))
 
 
 settings = ProviderSettings()
@@ -70,7 +71,10 @@ def installed(name: str) -> bool:
 
 
 def instrument(
-    *names: str, max_output_tokens: int | None = None, cost_estimate_hint: float | None = None
+    *names: str,
+    max_output_tokens: int | None = None,
+    cost_estimate_hint: float | None = None,
+    fit_output: object = None,
 ) -> tuple[str, ...]:
     """Instrument the named SDKs (default: every known one that is installed); return the names
     instrumented by this call or earlier. Idempotent; :func:`uninstrument` undoes everything.
@@ -80,7 +84,9 @@ def instrument(
     at once (and its adapter's errors are raised).
 
     ``max_output_tokens`` and ``cost_estimate_hint``, when given, replace the process-wide
-    :class:`ProviderSettings` (see there); omitted, the current ones stay.
+    :class:`ProviderSettings` (see there); omitted, the current ones stay. ``fit_output``: True
+    (or a :class:`~veronica_mw.FitOutputToBudget`) fits every model call's output to what is left
+    of its context's budget; False turns it off.
     """
     global settings
     changes: dict[str, object] = {}
@@ -88,6 +94,14 @@ def instrument(
         changes["max_output_tokens"] = check_int("max_output_tokens", max_output_tokens)
     if cost_estimate_hint is not None:
         changes["cost_estimate_hint"] = check_number("cost_estimate_hint", cost_estimate_hint)
+    if fit_output is not None:
+        from .control.fit_output import FitOutputToBudget
+
+        if fit_output is True:
+            fit_output = FitOutputToBudget()
+        elif fit_output is not False and not isinstance(fit_output, FitOutputToBudget):
+            raise TypeError(f"fit_output must be a bool or a FitOutputToBudget, got {fit_output!r}")
+        changes["fit_output"] = fit_output or None
     if changes:
         settings = replace(settings, **changes)  # type: ignore[arg-type]
     for name in names:

@@ -80,6 +80,8 @@ def test_json_report(script: str) -> None:
         "max_steps": 4,
         "max_retries_total": None,
         "timeout_ms": None,
+        "max_output_tokens": None,
+        "fit_output": False,
     }
 
 

@@ -1,9 +1,12 @@
-"""``veronica-mw run [limits] [--json] script.py [args...]`` (or ``-m module [args...]``).
+"""``veronica-mw run [limits] [--json] [--] script.py [args...]`` (or ``-m module [args...]``).
 
 Runs a Python program inside one execution context, with every installed provider SDK and
 framework adapter instrumented, and reports what it spent on stderr when it ends: a one-line
 summary (reason, steps, cost), or with ``--json`` the snapshot as one JSON line. Omitted limits
-are unlimited, so ``veronica-mw run script.py`` measures what a script spends.
+are unlimited, so ``veronica-mw run script.py`` measures what a script spends. Before each model
+request its worst case is reserved: ``--max-output-tokens N`` is the output assumed for a request
+that sets no limit (default 4096); ``--fit-output`` sends a request that would not fit what is
+left of ``--max-cost-usd`` with its output limit lowered to what it affords (FitOutputToBudget).
 
 Exit status: the program's own; 3 when the context halted (a limit was reached, whether or not
 the program caught the ``ExecutionHalted``); 2 for bad arguments or a program that cannot be found;
@@ -20,13 +23,15 @@ import sys
 import traceback
 from typing import Any
 
+from ..instrumentation import instrument
 from ..kernel.config import ExecutionConfig
 from ..kernel.exceptions import ExecutionHalted
 from ..kernel.execution import ExecutionContext
+from ..kernel.pricing import UNLIMITED_USD
 from ._run_scope import inherit_context_in_threads, instrument_everything
 
 HALTED = 3
-_UNLIMITED_COST = 1e300  # ExecutionConfig needs finite numbers; these are never reached
+_UNLIMITED_COST = UNLIMITED_USD  # ExecutionConfig needs finite numbers; these are never reached
 _UNLIMITED_COUNT = sys.maxsize
 
 
@@ -43,6 +48,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--max-retries", type=int, metavar="N", help="retries allowed in total (SDK retries too)"
     )
     run.add_argument("--timeout-ms", type=float, metavar="T", help="halt calls made after T milliseconds")
+    run.add_argument(
+        "--max-output-tokens",
+        type=int,
+        metavar="N",
+        help="output tokens assumed (and reserved) for a model request that sets no limit (default 4096)",
+    )
+    run.add_argument(
+        "--fit-output",
+        action="store_true",
+        help="send a model call that would not fit the remaining budget with fewer output tokens",
+    )
     run.add_argument("--json", action="store_true", help="report the snapshot as JSON on stderr")
     run.add_argument(
         "-m", dest="module", nargs=argparse.REMAINDER, metavar="module", help="run a module, like python -m"
@@ -68,6 +84,8 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
         "max_steps": args.max_steps,
         "max_retries_total": args.max_retries,
         "timeout_ms": args.timeout_ms,
+        "max_output_tokens": args.max_output_tokens,
+        "fit_output": args.fit_output,
     }
 
 
@@ -132,6 +150,9 @@ def _report(ctx: ExecutionContext, args: argparse.Namespace, status: int) -> Non
 
 def main(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.parser
+    # ``veronica-mw run [limits] -- script.py args``: the conventional separator before the program.
+    if args.program and args.program[0] == "--":
+        args.program = args.program[1:]
     if args.module is not None and not args.module:
         parser.error("-m needs a module name")
     if args.module is None and not args.program:
@@ -140,6 +161,8 @@ def main(args: argparse.Namespace) -> int:
         parser.error(f"can't open file {args.program[0]!r}")
     try:
         config = _config(args)
+        if args.max_output_tokens is not None or args.fit_output:
+            instrument(max_output_tokens=args.max_output_tokens, fit_output=True if args.fit_output else None)
     except (TypeError, ValueError) as exc:
         parser.error(str(exc))
     instrument_everything()

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 _MISSING = object()
+# A cost ceiling at or above this is no ceiling (what ``veronica-mw run`` sets when no
+# ``--max-cost-usd`` is given): a call that cannot be priced may run under it.
+UNLIMITED_USD = 1e300
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +176,43 @@ def _apply(coeffs: tuple[float, float, float, float], counts: tuple[int, int, in
 _linear: dict[tuple[str | None, str], tuple[float, float, float, float] | None] = {}
 
 
+# Prices set by the program for models genai-prices does not know (an in-house or fine-tuned
+# model, a new release): USD per token for input, output, cache reads, cache writes. Consulted first.
+_overrides: dict[str, tuple[float, float, float, float]] = {}
+
+
+def set_price(
+    model: str,
+    *,
+    input_usd_per_mtok: float,
+    output_usd_per_mtok: float,
+    cache_read_usd_per_mtok: float | None = None,
+    cache_write_usd_per_mtok: float | None = None,
+) -> None:
+    """Price ``model`` (any provider) at these USD-per-million-token rates, in place of (or where
+    there is no) genai-prices data. Cache reads and writes default to the input rate."""
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"model must be a model name, got {model!r}")
+    rates = [input_usd_per_mtok, output_usd_per_mtok, cache_read_usd_per_mtok, cache_write_usd_per_mtok]
+    for i, rate in enumerate(rates):
+        if rate is None:
+            rates[i] = input_usd_per_mtok
+        elif isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < float("inf"):
+            raise ValueError(f"a price must be a finite number >= 0 USD per million tokens, got {rate!r}")
+    with _cache_lock:
+        _overrides[model] = (rates[0] / 1e6, rates[1] / 1e6, rates[2] / 1e6, rates[3] / 1e6)  # type: ignore[operator]
+
+
+def clear_price(model: str) -> None:
+    """Forget a price given with :func:`set_price` (genai-prices' applies again, if any)."""
+    with _cache_lock:
+        _overrides.pop(model, None)
+
+
 def is_priced(model: str, provider: str | None = None) -> bool:
     """Whether genai-prices knows ``model`` (cached, misses included; no exception raised)."""
+    if model in _overrides:
+        return True
     try:
         _resolve(model, provider)
     except LookupError:
@@ -184,6 +222,12 @@ def is_priced(model: str, provider: str | None = None) -> bool:
 
 def price_usage(usage: TokenUsage, model: str, provider: str | None = None) -> float:
     """Price ``usage`` for ``model``; raises ``LookupError`` when the model is unknown."""
+    override = _overrides.get(model) if _overrides else None
+    if override is not None:
+        counts = (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
+        # Cache reads and writes are part of the input tokens: priced at their own rate instead.
+        fresh = max(0, counts[0] - counts[2] - counts[3])
+        return _apply(override, (fresh, counts[1], counts[2], counts[3]))
     provider_info, model_info = _resolve(model, provider)
     key = (provider, model)
     if key in _linear:

@@ -124,7 +124,8 @@ def test_without_usage_the_cost_hint_is_kept() -> None:
 
 
 def test_budget_halts_after_the_call_that_crossed_it() -> None:
-    hooks = VeronicaCrewAIHooks(config=limits(max_cost_usd=2.5 * CALL_PRICE))
+    # llm_cost_hint=0: nothing reserved before a call, so only its actual cost can cross the ceiling
+    hooks = VeronicaCrewAIHooks(config=limits(max_cost_usd=2.5 * CALL_PRICE), llm_cost_hint=0.0)
     crewed = Crewed(tasks=2)
     with hooks, pytest.raises(ExecutionHalted) as caught:
         crewed.crew.kickoff()
@@ -132,6 +133,18 @@ def test_budget_halts_after_the_call_that_crossed_it() -> None:
     # The third call's actual cost crossed the ceiling: its tool never ran, nothing else did.
     assert crewed.counts() == [(3, 2), (0, 0)]
     assert owned(hooks).get_snapshot().cost_usd_accumulated == pytest.approx(3 * CALL_PRICE)
+
+
+def test_by_default_a_call_whose_worst_case_could_cross_the_budget_is_refused() -> None:
+    # Each model call reserves its worst case (prompt + 4096 output tokens at the model's price),
+    # far above 2.5 calls' real cost: the first call is refused before it runs.
+    hooks = VeronicaCrewAIHooks(config=limits(max_cost_usd=2.5 * CALL_PRICE))
+    crewed = Crewed(tasks=2)
+    with hooks, pytest.raises(ExecutionHalted) as caught:
+        crewed.crew.kickoff()
+    assert caught.value.reason == "budget_exceeded"
+    assert crewed.counts() == [(0, 0), (0, 0)]
+    assert owned(hooks).get_snapshot().cost_usd_accumulated == 0.0
 
 
 def test_a_failing_model_draws_from_the_retry_budget() -> None:

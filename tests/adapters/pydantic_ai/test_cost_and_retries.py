@@ -62,16 +62,20 @@ def test_cached_tokens_are_priced_as_cache_reads() -> None:
     assert ctx.get_snapshot().cost_usd_accumulated == pytest.approx(float(expected.total_price), rel=1e-9)
 
 
-def test_max_cost_stops_the_run_once_the_priced_usage_reaches_it() -> None:
+def test_max_cost_refuses_the_request_whose_worst_case_could_cross_it() -> None:
     fake = Runaway()
     agent = fake.agent([VeronicaCapability()])
-    with ExecutionContext(limits(cost=PRICE * 2.5)) as ctx, pytest.raises(ExecutionHalted) as caught:
+    ceiling = PRICE * 2.5
+    with ExecutionContext(limits(cost=ceiling)) as ctx, pytest.raises(ExecutionHalted) as caught:
         agent.run_sync("weather?")
     assert caught.value.reason == HaltReason.BUDGET_EXCEEDED
-    # three requests cost 3 * PRICE > 2.5 * PRICE: the third one took the total past the ceiling,
-    # so the tool it asked for still ran (tools cost nothing here) and the fourth was refused
-    assert fake.model_calls == 3
-    assert ctx.get_snapshot().cost_usd_accumulated == pytest.approx(3 * PRICE, rel=1e-9)
+    # each request reserved its worst case (prompt estimate + the default 4096 output tokens at the
+    # model's price) before it ran, so the ceiling is never crossed, not even by the last request
+    nodes = [n for n in ctx.graph.nodes() if n.kind == "llm"]
+    assert fake.model_calls == len(nodes) < 3
+    assert all(n.reserved_usd > n.cost_usd > 0.0 for n in nodes)
+    assert ctx.get_snapshot().cost_usd_accumulated == pytest.approx(len(nodes) * PRICE, rel=1e-9)
+    assert ctx.get_snapshot().cost_usd_accumulated <= ceiling
 
 
 def test_a_cost_hint_refuses_the_request_that_could_cross_the_ceiling() -> None:
