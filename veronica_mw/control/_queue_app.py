@@ -25,7 +25,7 @@ import logging
 import math
 import re
 import secrets
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import _queue_http as http
 from ._queue_page import PAGE_SIZE, login_page, queue_page
@@ -240,7 +240,8 @@ class ApprovalsApp:
 
     async def _record(self, request_id: str, answer: Approve | Reject | Edit, who: Who) -> str:
         try:
-            return await self._queue.decide(request_id, answer, approver=who.name)
+            outcome: str = await self._queue.decide(request_id, answer, approver=who.name)
+            return outcome
         except (ValueError, TypeError, RecursionError) as exc:  # edited arguments it cannot store
             raise http.BadRequest(f"the decision cannot be recorded: {type(exc).__name__}") from exc
 
