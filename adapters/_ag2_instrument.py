@@ -106,10 +106,10 @@ def _v1() -> Callable[[], None]:
             extra = (*extra, shared)  # last: innermost, so each model attempt is a step
         return original(self, *args, additional_middleware=extra, **kwargs)
 
-    Agent._drive_scope = _drive_scope
+    setattr(Agent, "_drive_scope", _drive_scope)  # noqa: B010
 
     def undo() -> None:
-        Agent._drive_scope = original
+        setattr(Agent, "_drive_scope", original)  # noqa: B010
 
     return undo
 
