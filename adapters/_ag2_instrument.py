@@ -50,7 +50,9 @@ def _legacy() -> Callable[[], None]:
                 shared.add_to_agent(agent)
                 given.add(agent)
 
-    originals = {name: ConversableAgent.__dict__[name] for name in _REPLIES if name in ConversableAgent.__dict__}
+    originals = {
+        name: ConversableAgent.__dict__[name] for name in _REPLIES if name in ConversableAgent.__dict__
+    }
     for name, original in originals.items():
         setattr(ConversableAgent, name, _adopting(original, adopt))
 

@@ -138,7 +138,10 @@ def test_sync_shapes(client: genai.Client, server: FakeGeminiTools, shape: Any, 
 @pytest.mark.parametrize("steps", [6, 5])
 @pytest.mark.parametrize("shape", [agenerate, agenerate_sync_tool, astream, achat])
 async def test_async_shapes(
-    aclient: genai.Client, server: FakeGeminiTools, shape: Callable[[genai.Client], Awaitable[None]], steps: int
+    aclient: genai.Client,
+    server: FakeGeminiTools,
+    shape: Callable[[genai.Client], Awaitable[None]],
+    steps: int,
 ) -> None:
     async with ExecutionContext(limits(steps)) as ctx:
         with pytest.raises(ExecutionHalted) as halted:
@@ -147,9 +150,12 @@ async def test_async_shapes(
     _check(ctx, server, steps)
 
 
-def test_outside_a_context_the_sdk_runs_its_loop_as_before(client: genai.Client, server: FakeGeminiTools) -> None:
+def test_outside_a_context_the_sdk_runs_its_loop_as_before(
+    client: genai.Client, server: FakeGeminiTools
+) -> None:
     short = types.GenerateContentConfig(
-        tools=[lookup], automatic_function_calling=types.AutomaticFunctionCallingConfig(maximum_remote_calls=3)
+        tools=[lookup],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(maximum_remote_calls=3),
     )
     client.models.generate_content(model=MODEL, contents="Find x.", config=short)
     assert (server.count(), len(RUNS)) == (3, 2)
