@@ -2,7 +2,8 @@
 
 The LangChain adapter begins the tool run's step and the MCP instrumentation sees the same call as
 ``tools/call``; the latter joins the former, so steps == model calls + tool calls and
-``max_steps=N`` lets exactly N operations run. A real in-process MCP server (mcp 1.x, over memory streams) counts the calls.
+``max_steps=N`` lets exactly N operations run. A real in-process MCP server (mcp 1.x, over
+memory streams) counts the calls.
 """
 
 from __future__ import annotations
