@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from autogen import ConversableAgent
 from fastapi import FastAPI
 
 import veronica_mw
@@ -155,3 +156,28 @@ def test_veronica_mw_run_counts_the_same(tmp_path: Path) -> None:
     assert done.stdout.split()[-2:] == ["3", "3"], done.stdout[-2000:]  # 3 model calls, 3 tool runs
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert (report["steps"], report["reason"]) == (6, "step_limit")
+
+
+def test_over_the_instrumented_openai_sdk_one_model_call_is_one_step() -> None:
+    from ...support.fake_provider import FakeProvider
+
+    assert "openai" in veronica_mw.instrument("openai")
+    with FakeProvider() as server:
+        config = {"config_list": [{"model": "gpt-4o-mini", "base_url": server.openai_url, "api_key": "test"}]}
+        planner, critic = (
+            ConversableAgent(
+                name,
+                llm_config=config,
+                human_input_mode="NEVER",
+                max_consecutive_auto_reply=100,
+                code_execution_config=False,
+            )
+            for name in ("planner", "critic")
+        )
+        with ExecutionContext(limits(4)) as ctx:
+            with pytest.raises(ExecutionHalted):
+                planner.initiate_chat(critic, message="Draft a plan.", silent=True)
+        assert server.count() == 4  # the 5th request is refused before it is sent
+    nodes = ctx.graph.nodes()
+    assert ctx.get_snapshot().step_count == 4 and [n.name for n in nodes].count("ag2:critic") == 2
+    assert all(n.settled and n.cost_usd > 0 for n in nodes)  # priced from what the provider reported
