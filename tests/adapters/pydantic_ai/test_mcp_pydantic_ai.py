@@ -1,4 +1,4 @@
-"""Pydantic AI + MCP: a tool of an in-process FastMCP server, run through ``FastMCPToolset``, is one
+"""Pydantic AI + MCP: a tool of an in-process FastMCP server, run through ``MCPToolset``, is one
 step: the MCP instrumentation joins the capability's tool step, so steps == model requests + tool
 runs and ``max_steps=N`` lets exactly N operations run (``pydantic-ai`` env: fastmcp over mcp 2.x)."""
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import fastmcp
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.toolsets.fastmcp import FastMCPToolset
+from pydantic_ai.mcp import MCPToolset
 
 import veronica_mw
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
@@ -38,7 +38,7 @@ async def test_an_mcp_tool_is_one_step(steps: int) -> None:
         return f"rain in {city}"
 
     runaway = Runaway()  # asks for ``weather`` on every turn
-    agent = Agent(runaway.model, toolsets=[FastMCPToolset(server)])
+    agent = Agent(runaway.model, toolsets=[MCPToolset(server)])
     config = ExecutionConfig(max_cost_usd=10.0, max_steps=steps, max_retries_total=0)
     async with ExecutionContext(config) as ctx:
         with pytest.raises(ExecutionHalted):
