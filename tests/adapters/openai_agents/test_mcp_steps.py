@@ -8,6 +8,9 @@ The run hooks begin a step in ``on_tool_start`` and the MCP instrumentation sees
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -57,3 +60,58 @@ def test_an_mcp_tool_is_one_step_under_instrument(tmp_path: Path, parallel: int,
     tools = [n for n in ctx.graph.nodes() if n.kind == "tool"]
     assert len(tools) == pings and all(n.name == "openai_agents.tool:ping" for n in tools)
     assert all(n.settled and n.status == "ok" for n in tools)
+
+
+SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+from agents import Agent, Runner, set_tracing_disabled
+from agents.mcp import MCPServerStdio, MCPServerStdioParams
+from tests.adapters.openai_agents.fakes import Counter, ToolLoopModel
+
+set_tracing_disabled(True)
+server_script, log = sys.argv[1], sys.argv[2]
+counter = Counter()
+
+async def main():
+    params = MCPServerStdioParams(command=sys.executable, args=[server_script, log])
+    async with MCPServerStdio(params=params, client_session_timeout_seconds=60) as server:
+        agent = Agent(name="mcp", model=ToolLoopModel(counter), mcp_servers=[server])
+        await Runner.run(agent, "go", max_turns=1000)
+
+try:
+    asyncio.run(main())
+finally:
+    print(counter.model_calls)
+"""
+
+
+def test_veronica_mw_run_counts_an_mcp_tool_once(tmp_path: Path) -> None:
+    script = tmp_path / "agent.py"
+    script.write_text(SCRIPT)
+    log = tmp_path / "calls.log"
+    log.touch()
+    root = str(Path(__file__).resolve().parents[3])
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "veronica_mw.cli",
+            "run",
+            "--json",
+            "--max-steps",
+            "6",
+            str(script),
+            str(SERVER),
+            str(log),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": root, "OPENAI_AGENTS_DISABLE_TRACING": "1"},
+    )
+    assert done.returncode == 3, done.stderr[-3000:]
+    # model, ping, model, ping, model, ping: the 4th model call is refused.
+    assert done.stdout.split()[-1:] == ["3"] and log.read_text().count("ping") == 3
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert (report["steps"], report["reason"]) == (6, "step_limit")
