@@ -142,7 +142,7 @@ async def test_an_async_stream_closed_after_one_event_is_charged_at_close(
     async with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=0)) as ctx:
         stream = await aclient.aio.models.generate_content_stream(model=MODEL, contents="Stream it.")
         await stream.__anext__()
-        await stream.aclose()
+        await stream.aclose()  # type: ignore[attr-defined]  # typed AsyncIterator; it is a generator
         (node,) = ctx.graph.nodes()
         # Settled at close, while the context is still open: the reservation stands as its cost.
         assert node.settled and node.cost_usd == pytest.approx(node.reserved_usd) and node.cost_usd > 0
