@@ -43,6 +43,7 @@ from typing import Any, Literal, NamedTuple
 
 from .. import CallNode, ContextBinding, ExecutionConfig, ExecutionContext, ExecutionHalted, WrapOptions
 from .. import get_current_execution_context as _current
+from . import _ag2_claims, _provider_claims
 from ._ag2_tools import async_executor, sync_executor
 from ._ag2_usage import UsageSnapshot, commit_llm, usage_snapshot
 
@@ -94,6 +95,8 @@ class VeronicaCapability(AgentCapability):  # type: ignore[misc, unused-ignore]
     ``cost_estimate_hint`` (USD) is reserved before each model call.
     """
 
+    automatic = False  # True for the one ``instrument()`` gives every agent (explicit ones replace it)
+
     def __init__(
         self,
         context: ExecutionContext | None = None,
@@ -134,7 +137,10 @@ class VeronicaCapability(AgentCapability):  # type: ignore[misc, unused-ignore]
         hook_lists = getattr(agent, "hook_lists", {})
         if "safeguard_llm_inputs" not in hook_lists or "safeguard_llm_outputs" not in hook_lists:
             raise TypeError("VeronicaCapability needs ag2>=0.14 (safeguard_llm_inputs/outputs hooks)")
-        if vars(agent).get(_MARK) is not None:
+        existing = vars(agent).get(_MARK)
+        if isinstance(existing, _AgentState) and existing.owner.automatic:
+            existing.owner.remove_from_agent(agent)  # the one instrument() gave it: this one wins
+        elif existing is not None:
             raise ValueError(f"agent {agent.name!r} already has a VeronicaCapability")
         state = _AgentState(
             self,
@@ -277,6 +283,7 @@ class VeronicaCapability(AgentCapability):  # type: ignore[misc, unused-ignore]
         node = ctx.begin_call("llm", self._llm_options(agent))  # raises: the model is not called
         client = getattr(agent, "client", None)
         state.pending = _Pending(node, client, usage_snapshot(client))
+        _ag2_claims.began(node)  # the provider SDK request sent next, in this thread, joins it
         return messages
 
     def _llm_options(self, agent: Any) -> WrapOptions:
@@ -294,7 +301,8 @@ class VeronicaCapability(AgentCapability):  # type: ignore[misc, unused-ignore]
             node = ctx.begin_call("llm", self._llm_options(agent))  # raises: the model is not called
             before = usage_snapshot(llm_client)
             try:
-                response = original(llm_client, messages, cache, **kwargs)
+                with _provider_claims.offered(node):  # the provider SDK request underneath joins it
+                    response = original(llm_client, messages, cache, **kwargs)
             except Exception as exc:
                 node.fail(exc)
                 raise
@@ -318,6 +326,7 @@ class VeronicaCapability(AgentCapability):  # type: ignore[misc, unused-ignore]
             pending, state.pending = state.pending, None
         if pending is None:
             return
+        _ag2_claims.settled(pending.node)
         if isinstance(error, Exception):
             pending.node.fail(error)
         else:

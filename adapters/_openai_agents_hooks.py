@@ -29,6 +29,7 @@ from ._openai_agents_calls import (
     settle_orphans,
     token_usage,
 )
+from ._openai_agents_mcp import tool_key
 
 __all__ = ["VeronicaRunHooks", "model_and_provider"]
 
@@ -200,8 +201,7 @@ class VeronicaRunHooks(RunHooks[Any]):
         name = getattr(tool, "name", None) or type(tool).__name__
         # Function tools get a ToolContext of their own per call; the other local tool families
         # share the run's wrapper, so only the former can be told apart by key.
-        call_id = getattr(context, "tool_call_id", None)
-        key = ("openai_agents.tool", id(context), call_id) if isinstance(call_id, str) else None
+        key = tool_key(context)
         options = WrapOptions(operation_name=f"openai_agents.tool:{name}")
         node = await self._begin("tool", options, key, _arguments(context))
         if node is not None:

@@ -11,7 +11,9 @@ Each contained call also publishes a :class:`RunScope` for its hooks: the model 
 forces (the hooks cannot see the run config) and, when the run ends, the calls whose end hook
 never ran, settled knowing how the run ended.
 
-One model call is one step however many layers see it: the SDK's OpenAI models send their
+One operation is one step however many layers see it. An MCP server tool's ``tools/call``, which
+``veronica_mw.instrument("mcp")`` contains, joins the tool step begun by ``on_tool_start`` (see
+:mod:`._openai_agents_mcp`). And a model call: the SDK's OpenAI models send their
 requests through the OpenAI SDK, which ``veronica_mw.instrument("openai")`` contains too. The
 request runs in the run's own task, where the scope is visible (our hooks run in tasks of their
 own, so no ContextVar of theirs could reach it), so the provider instrumentation is told, through
@@ -35,6 +37,7 @@ from .. import CallNode, ExecutionContext, get_current_execution_context
 from . import _provider_claims
 from ._openai_agents_calls import RunScope, current_run
 from ._openai_agents_hooks import VeronicaRunHooks, model_and_provider
+from ._openai_agents_mcp import enclosing_tool, wrap_invoke
 
 __all__ = ["ChainedRunHooks", "instrument", "instrumented", "uninstrument"]
 
@@ -165,7 +168,7 @@ def _outcome(task: asyncio.Future[Any]) -> BaseException | None:
 
 def _enclosing_model_call(ctx: ExecutionContext, kind: str = "llm") -> CallNode | None:
     """For the provider instrumentation: the model call a request made here belongs to (model
-    requests only: the runner's tool steps are never adopted by an MCP call underneath)."""
+    requests only: an MCP call finds its tool step through :func:`enclosing_tool`)."""
     if kind != "llm":
         return None
     scope = current_run.get()
@@ -174,7 +177,16 @@ def _enclosing_model_call(ctx: ExecutionContext, kind: str = "llm") -> CallNode 
 
 _WRAPPERS = {"run": _wrap_run, "run_sync": _wrap_run_sync, "run_streamed": _wrap_run_streamed}
 _originals: dict[str, Any] = {}
+_mcp_original: list[Any] = []  # MCPUtil.invoke_mcp_tool's classmethod, while it is wrapped
 _lock = threading.Lock()
+
+
+def _mcp_util() -> Any:
+    try:
+        from agents.mcp.util import MCPUtil
+    except ImportError:  # the SDK without its MCP support: no MCP tools to join
+        return None
+    return MCPUtil
 
 
 def instrument() -> None:
@@ -188,6 +200,12 @@ def instrument() -> None:
                 _originals[name] = original
                 setattr(AgentRunner, name, wrap(original))
         _provider_claims.register(_enclosing_model_call)
+        util = _mcp_util()
+        invoke = None if util is None else util.__dict__.get("invoke_mcp_tool")
+        if isinstance(invoke, classmethod):  # guard against API drift
+            _mcp_original.append(invoke)
+            util.invoke_mcp_tool = classmethod(wrap_invoke(invoke.__func__))
+        _provider_claims.register(enclosing_tool)
 
 
 def uninstrument() -> None:
@@ -197,6 +215,9 @@ def uninstrument() -> None:
             setattr(AgentRunner, name, original)
         _originals.clear()
         _provider_claims.unregister(_enclosing_model_call)
+        _provider_claims.unregister(enclosing_tool)
+        if _mcp_original:
+            _mcp_util().invoke_mcp_tool = _mcp_original.pop()
 
 
 def instrumented() -> bool:

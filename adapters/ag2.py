@@ -5,6 +5,10 @@
 * ``ag2`` 1.x (``import ag2``): :class:`VeronicaMiddleware`, a middleware factory passed to
   ``Agent(..., middleware=[...])``.
 
+:func:`instrument` (``veronica_mw.instrument("ag2")``, in the default set and under
+``veronica-mw run``) contains every agent of whichever generation is installed, bound to the
+execution context current at each call (see :mod:`._ag2_instrument`).
+
 Importing this module works with either generation installed and offers what that generation
 supports; asking for the other class raises :class:`~veronica_mw.MissingFrameworkError` saying
 which ``ag2`` version it needs. Without any AG2 the import itself raises it.
@@ -35,7 +39,15 @@ if TYPE_CHECKING:
     from ._ag2_legacy import VeronicaCapability
     from ._ag2_v1 import VeronicaMiddleware
 
-__all__ = ["FRAMEWORK_VERSION", "GENERATION", "VeronicaCapability", "VeronicaMiddleware"]
+__all__ = [
+    "FRAMEWORK_VERSION",
+    "GENERATION",
+    "VeronicaCapability",
+    "VeronicaMiddleware",
+    "instrument",
+    "instrumented",
+    "uninstrument",
+]
 
 FRAMEWORK_VERSION: str = str(getattr(_framework, "__version__", "unknown"))
 """The installed AG2 version (``GENERATION`` says which API family it is)."""
@@ -44,6 +56,26 @@ _NEEDS = {
     "VeronicaCapability": ("0.14", "ag2>=0.14,<0.15 (import autogen)", "VeronicaMiddleware"),
     "VeronicaMiddleware": ("1.x", "ag2>=1.0 (import ag2)", "VeronicaCapability"),
 }
+
+
+def instrument() -> None:
+    """Contain every agent of the installed generation inside execution contexts (idempotent)."""
+    from . import _ag2_instrument
+
+    _ag2_instrument.instrument(GENERATION)
+
+
+def uninstrument() -> None:
+    """Undo :func:`instrument` (idempotent)."""
+    from . import _ag2_instrument
+
+    _ag2_instrument.uninstrument()
+
+
+def instrumented() -> bool:
+    from . import _ag2_instrument
+
+    return _ag2_instrument.instrumented()
 
 
 def __getattr__(name: str) -> Any:

@@ -43,6 +43,7 @@ from typing import Any
 
 from .. import ContextBinding, ExecutionConfig, ExecutionContext, ToolCallRejected, WrapOptions
 from . import _crewai_calls as calls
+from . import _crewai_mcp  # noqa: F401  (an MCP call inside a CrewAI tool joins its step)
 from ._crewai_calls import CrewExecutionHalted
 from ._crewai_llm import unwrap_all, wrap_all, wrap_llm
 

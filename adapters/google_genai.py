@@ -9,8 +9,12 @@ reserved (estimated prompt tokens plus ``config.max_output_tokens``, or the conf
 settled with its ``usage_metadata`` (thinking tokens are billed as output, cached tokens at the
 cache price), priced for the model version it reports. A stream is the SDK's own generator,
 metered on its way and settled when it ends, is closed, is abandoned or its context ends; a refused
-stream request raises when iteration starts, which is when it would have been sent. Tested with
-google-genai 3.x.
+stream request raises when iteration starts, which is when it would have been sent. An async
+stream closed early (``await stream.aclose()``) settles its requests at once.
+
+Automatic function calling: each Python tool the SDK runs between requests is a ``tool`` step,
+admitted before it runs; a refused one ends the SDK's loop by raising the halt to the caller (see
+:mod:`._google_genai_tools`). Tested with google-genai 3.x.
 """
 
 from __future__ import annotations
@@ -18,14 +22,17 @@ from __future__ import annotations
 from .. import MissingFrameworkError
 
 try:
+    from google.genai import _extra_utils
     from google.genai import models as _models
 except ImportError as exc:
     raise MissingFrameworkError("google-genai", "google-genai", exc) from exc
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from ..kernel.pricing import TokenUsage
+from . import _google_genai_tools as tools
 from . import _provider_streams as streams
 from ._provider_calls import Outcome, Plan, ProviderCall, begin, context_now, text_tokens
 from ._provider_calls import limit as _limit
@@ -147,8 +154,37 @@ def _wrap_agenerate(original: Any) -> Any:
     return _generate_content
 
 
+# The metered requests of the async stream being iterated (see _closing).
+_opened: ContextVar[list[Any] | None] = ContextVar("veronica_genai_opened", default=None)
+
+
 def _observed(call: ProviderCall, stream: Any) -> Any:
-    return streams.metered(call, stream, _Meter())
+    observed = streams.metered(call, stream, _Meter())
+    opened = _opened.get()
+    if opened is not None:
+        opened.append(observed)
+    return observed
+
+
+async def _closing(outer: Any) -> AsyncIterator[Any]:
+    """The caller's async stream: ``outer`` (the SDK's generator) item by item, settling the
+    requests it opened as soon as it is closed. The SDK's own generators in between would only
+    be finalized later by the event loop, so closing the outer one alone left them unsettled."""
+    opened: list[Any] = []
+    try:
+        while True:
+            token = _opened.set(opened)
+            try:
+                chunk = await outer.__anext__()
+            except StopAsyncIteration:
+                return
+            finally:
+                _opened.reset(token)
+            yield chunk
+    finally:
+        await outer.aclose()
+        for observed in opened:
+            await observed.aclose()  # settled already when it ended; else charged now
 
 
 def _wrap_stream(original: Any) -> Any:
@@ -180,6 +216,16 @@ def _wrap_astream(original: Any) -> Any:
     return _generate_content_stream
 
 
+def _wrap_public_astream(original: Any) -> Any:
+    async def generate_content_stream(self: Any, *args: Any, **kwargs: Any) -> Any:
+        stream = await original(self, *args, **kwargs)
+        if context_now() is None or not hasattr(stream, "__anext__"):
+            return stream
+        return _closing(stream)
+
+    return generate_content_stream
+
+
 _slot = Instrumentation()
 
 
@@ -191,6 +237,12 @@ def _apply() -> Patches:
     patches.wrap(sync_models, "_generate_content_stream", _wrap_stream)
     patches.wrap(async_models, "_generate_content", _wrap_agenerate)
     patches.wrap(async_models, "_generate_content_stream", _wrap_astream)
+    patches.wrap(async_models, "generate_content_stream", _wrap_public_astream)
+    # Automatic function calling: the SDK runs the Python tools itself (see _google_genai_tools).
+    patches.wrap(_extra_utils, "invoke_function_from_dict_args", tools.wrap_invoke)
+    patches.wrap(_extra_utils, "invoke_function_from_dict_args_async", tools.wrap_ainvoke)
+    patches.wrap(_extra_utils, "get_function_response_parts", tools.wrap_parts)
+    patches.wrap(_extra_utils, "get_function_response_parts_async", tools.wrap_aparts)
     return patches
 
 

@@ -1,9 +1,14 @@
 """``veronica_mw.instrument()``: zero-config containment of SDKs and frameworks, one adapter each.
 
 Each entry names an adapter module of this package that exposes ``instrument()`` and
-``uninstrument()`` (both idempotent) and the top-level module of the SDK it patches. The adapter
-module is imported only when asked for, so ``import veronica_mw`` stays framework-free; importing
-it without its SDK raises :class:`~veronica_mw.MissingFrameworkError` with the pip line.
+``uninstrument()`` (both idempotent), or ``"module:object"`` for an object that does, and the
+top-level module of the SDK or framework it patches. The adapter module is imported only when
+asked for, so ``import veronica_mw`` stays framework-free; importing it without its SDK raises
+:class:`~veronica_mw.MissingFrameworkError` with the pip line.
+
+Provider SDKs and frameworks are both in the default set: a framework's tool runs are steps only
+when its adapter is installed (the provider layer sees model requests, never tool bodies), and
+one operation stays one step because the inner layer joins the step of the outer one.
 """
 
 from __future__ import annotations
@@ -13,8 +18,7 @@ import importlib.util
 import logging
 import threading
 from dataclasses import dataclass, replace
-from types import ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from . import _post_import
 from .kernel._validate import check_int, check_number
@@ -22,9 +26,16 @@ from .kernel.exceptions import MissingFrameworkError
 
 
 class Instrumentor(NamedTuple):
-    module: str  # veronica_mw.adapters.<module>
+    module: str  # veronica_mw.adapters.<module>, or "<module path>:<object>"
     sdk: str  # the SDK's top-level import name, probed with find_spec for the default set
     extra: str  # pip install "veronica-mw[<extra>]"
+    also: tuple[str, ...] = ()  # other import names of the same SDK (AG2 1.x is ``ag2``, 0.14 ``autogen``)
+
+    def sdks(self) -> tuple[str, ...]:
+        return (self.sdk, *self.also)
+
+    def target(self) -> str:
+        return self.module if ":" in self.module else f"veronica_mw.adapters.{self.module}"
 
 
 # Adapters add their line here; the order is the order ``instrument()`` patches them in.
@@ -36,6 +47,10 @@ INSTRUMENTORS: dict[str, Instrumentor] = {
     "litellm": Instrumentor("litellm", "litellm", "litellm"),
     "google-genai": Instrumentor("google_genai", "google.genai", "google-genai"),
     "mcp": Instrumentor("mcp", "mcp", "mcp"),
+    "langchain": Instrumentor("veronica_mw._framework_install:langchain", "langchain_core", "langchain"),
+    "llamaindex": Instrumentor("veronica_mw._framework_install:llamaindex", "llama_index.core", "llamaindex"),
+    "crewai": Instrumentor("veronica_mw._framework_install:crewai", "crewai", "crewai"),
+    "ag2": Instrumentor("ag2", "autogen", "ag2", also=("ag2",)),
 }
 
 
@@ -63,11 +78,13 @@ _active: dict[str, _Hook] = {}  # requested SDKs, in order; patched once importe
 
 def installed(name: str) -> bool:
     """Whether the SDK behind ``name`` can be imported (without importing it)."""
-    sdk = INSTRUMENTORS[name].sdk
-    try:
-        return importlib.util.find_spec(sdk) is not None
-    except (ImportError, ValueError):  # a parent package missing, or a broken sys.modules entry
-        return False
+    for sdk in INSTRUMENTORS[name].sdks():
+        try:
+            if importlib.util.find_spec(sdk) is not None:
+                return True
+        except (ImportError, ValueError):  # a parent package missing, or a broken sys.modules entry
+            continue
+    return False
 
 
 def instrument(
@@ -76,8 +93,13 @@ def instrument(
     cost_estimate_hint: float | None = None,
     fit_output: object = None,
 ) -> tuple[str, ...]:
-    """Instrument the named SDKs (default: every known one that is installed); return the names
-    instrumented by this call or earlier. Idempotent; :func:`uninstrument` undoes everything.
+    """Instrument the named SDKs and frameworks (default: every known one that is installed); return
+    the names instrumented by this call or earlier. Idempotent; :func:`uninstrument` undoes everything.
+
+    Names: the provider SDKs ``openai``, ``anthropic``, ``litellm``, ``google-genai``, the ``mcp``
+    client, and the frameworks ``pydantic-ai``, ``openai-agents``, ``langchain`` (LangGraph too),
+    ``llamaindex``, ``crewai`` and ``ag2`` (0.14 and 1.x), whose adapters are installed
+    process-wide, bound to the execution context current at each call.
 
     Without names, an SDK the program has not imported yet is patched right after it is imported,
     so building a middleware never imports an SDK; a name given explicitly is imported and patched
@@ -115,13 +137,14 @@ def instrument(
                 continue
             entry = INSTRUMENTORS[name]
             if not installed(name):
-                raise MissingFrameworkError(name, entry.extra, module=f"veronica_mw.adapters.{entry.module}")
+                raise MissingFrameworkError(name, entry.extra, module=entry.target().partition(":")[0])
             hook = _Hook(name, strict=bool(names))
             _active[name] = hook
             if hook.strict:  # asked for by name: imported and patched now, errors raised here
                 hook()
             else:  # the default set: now if the program imported the SDK already, else right after
-                _post_import.when_imported(entry.sdk, hook)
+                for sdk in entry.sdks():
+                    _post_import.when_imported(sdk, hook)
         return tuple(_active)
 
 
@@ -132,12 +155,16 @@ class _Hook:
     def __init__(self, name: str, strict: bool) -> None:
         self.name = name
         self.strict = strict
-        self.adapter: ModuleType | None = None
+        self.adapter: Any = None  # the module (or object) with instrument() and uninstrument()
 
     def __call__(self) -> None:
-        entry = INSTRUMENTORS[self.name]
+        if self.adapter is not None:  # an SDK with two import names, both imported
+            return
+        module, _, attr = INSTRUMENTORS[self.name].target().partition(":")
         try:
-            adapter = importlib.import_module(f"veronica_mw.adapters.{entry.module}")
+            adapter: Any = importlib.import_module(module)
+            if attr:
+                adapter = getattr(adapter, attr)
             adapter.instrument()
         except Exception:
             if self.strict:

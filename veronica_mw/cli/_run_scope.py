@@ -3,61 +3,25 @@ context inheritance for the threads the program starts.
 
 Nothing is imported eagerly: each SDK is patched and each framework adapter installed right after
 the program imports it (``veronica_mw._post_import``), so a script that uses none of them pays for
-none. Frameworks whose adapter needs installing (LlamaIndex, CrewAI) get one process-wide handler
-bound to the current context; LangChain's zero-config hook comes with importing its adapter; AG2
-and every other framework built on the provider SDKs are contained at the SDK layer.
+none. This is exactly what ``veronica_mw.instrument()`` does in process: the same adapters (the
+provider SDKs, MCP, and every supported framework: Pydantic AI, the Agents SDK, LangChain,
+LlamaIndex, CrewAI, AG2 0.14 and 1.x), bound to the execution context current at each call, so
+a program counts the same under ``veronica-mw run`` as under ``instrument()``.
 """
 
 from __future__ import annotations
 
 import contextvars
-import importlib
-import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from .. import _post_import
 from ..instrumentation import instrument
-
-logger = logging.getLogger("veronica_mw")
-
-
-def _langchain() -> None:
-    importlib.import_module("veronica_mw.adapters.langchain")  # registers the zero-config hook
-
-
-def _llamaindex() -> None:
-    importlib.import_module("veronica_mw.adapters.llamaindex").VeronicaLlamaIndexHandler().install()
-
-
-def _crewai() -> None:
-    importlib.import_module("veronica_mw.adapters.crewai").VeronicaCrewAIHooks().install()
-
-
-_FRAMEWORKS: dict[str, Callable[[], None]] = {
-    "langchain_core": _langchain,
-    "llama_index.core": _llamaindex,
-    "crewai": _crewai,
-}
-
-
-def _guarded(name: str, install: Callable[[], None]) -> Callable[[], None]:
-    def hook() -> None:
-        try:
-            install()
-        except Exception:  # an adapter that cannot load leaves that framework to the SDK layer
-            logger.warning("veronica_mw: the %s adapter could not be installed", name, exc_info=True)
-
-    return hook
 
 
 def instrument_everything() -> tuple[str, ...]:
-    """Instrument every installed SDK and framework (lazily); return the SDK names."""
-    names = instrument()
-    for module, install in _FRAMEWORKS.items():
-        _post_import.when_imported(module, _guarded(module, install))
-    return names
+    """Instrument every installed SDK and framework (lazily); return their names."""
+    return instrument()
 
 
 def inherit_context_in_threads() -> Callable[[], None]:

@@ -27,6 +27,7 @@ with warnings.catch_warnings():
 
 from crewai.hooks import get_after_llm_call_hooks, get_before_tool_call_hooks  # noqa: E402
 
+import veronica_mw  # noqa: E402
 from veronica_mw.adapters import _crewai_calls, _crewai_llm  # noqa: E402
 from veronica_mw.adapters import crewai as adapter  # noqa: E402
 
@@ -46,6 +47,7 @@ def anyio_backend() -> str:
 def nothing_left_installed() -> Iterator[None]:
     """Each test must leave CrewAI without our hooks and the LLM classes unwrapped."""
     yield
+    veronica_mw.uninstrument()  # what a middleware (or instrument()) installed process-wide
     leftover = list(_crewai_calls.installed)
     for hooks in leftover:  # clean up first, so one failure does not cascade
         assert isinstance(hooks, adapter.VeronicaCrewAIHooks)

@@ -133,3 +133,17 @@ def test_outside_a_context_nothing_changes(client: genai.Client, server: FakePro
     plain(client)
     assert streamed(client)
     assert server.count() == 2
+
+
+@pytest.mark.anyio
+async def test_an_async_stream_closed_after_one_event_is_charged_at_close(
+    aclient: genai.Client, server: FakeProvider
+) -> None:
+    async with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=0)) as ctx:
+        stream = await aclient.aio.models.generate_content_stream(model=MODEL, contents="Stream it.")
+        await stream.__anext__()
+        await stream.aclose()  # type: ignore[attr-defined]  # typed AsyncIterator; it is a generator
+        (node,) = ctx.graph.nodes()
+        # Settled at close, while the context is still open: the reservation stands as its cost.
+        assert node.settled and node.cost_usd == pytest.approx(node.reserved_usd) and node.cost_usd > 0
+        assert ctx.get_snapshot().cost_usd_accumulated == pytest.approx(node.cost_usd)

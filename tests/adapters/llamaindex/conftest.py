@@ -11,6 +11,7 @@ os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 
+import veronica_mw  # noqa: E402
 from veronica_mw.adapters import _llamaindex_hooks  # noqa: E402
 from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler  # noqa: E402
 
@@ -24,6 +25,7 @@ def anyio_backend() -> str:
 def no_handler_left_installed() -> Iterator[None]:
     """Every test must leave LlamaIndex unpatched, or later tests would count in stale contexts."""
     yield
+    veronica_mw.uninstrument()  # what a middleware (or instrument()) installed process-wide
     leftover = list(_llamaindex_hooks.installed)
     for handler in leftover:
         assert isinstance(handler, VeronicaLlamaIndexHandler)
