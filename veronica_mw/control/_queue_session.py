@@ -8,14 +8,13 @@ import hmac
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import _queue_http as http
 from ._queue_auth import check_name
 
 if TYPE_CHECKING:
     from ..web.types import Scope
-    from .queue import ApprovalQueue
 
 logger = logging.getLogger("veronica_mw")
 _COOKIE = "veronica_approvals"
@@ -40,7 +39,8 @@ class Throttled(Exception):
 class Gate:
     """The app's authentication, shared by its routes (no per-request state)."""
 
-    def __init__(self, queue: ApprovalQueue) -> None:
+    # ``queue``: the ApprovalQueue (typed Any: queue imports this module's importer, no import circle).
+    def __init__(self, queue: Any) -> None:
         self._queue = queue
         self._tokens = [(name, token.encode()) for name, token in queue._tokens_by_name().items()]
         self._csrf_key = queue._key("csrf")
