@@ -1,0 +1,66 @@
+"""Runs every ```python block of one Markdown page in order, in one namespace, as a reader would.
+
+``python tests/docs/run_document.py PAGE.md`` (what tests/docs/test_examples.py does, one fresh
+interpreter per page so no page sees another's instrumentation or globals). Offline: a fake model
+provider (tests/support/fake_provider.py) is started on 127.0.0.1 and the provider SDKs are pointed
+at it through their own environment variables (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``, dummy
+keys), so a block that builds ``OpenAI()`` or ``Agent("openai:gpt-4o")`` talks to it unchanged. The
+block runs in a scratch directory (files it writes go there). ``<!-- skip: next -->`` before a block
+skips it (Sybil's skip directive). Prints one JSON line: examples run, skipped, and the model requests
+the fake provider received; exits 1 with the failing block's location and traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from unittest import SkipTest
+
+from sybil import Sybil
+from sybil.evaluators.python import PythonEvaluator
+from sybil.example import NotEvaluated
+from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+
+from fake_provider import FakeProvider  # noqa: E402 - after the path above
+
+
+def run(page: Path) -> dict[str, int]:
+    page = page.resolve()
+    document = Sybil(parsers=[PythonCodeBlockParser(), SkipParser()]).parse(page)
+    document.namespace["__name__"] = "__docs__"
+    ran = skipped = 0
+    with FakeProvider() as server, tempfile.TemporaryDirectory() as scratch:
+        os.environ.update(
+            OPENAI_BASE_URL=server.openai_url,
+            OPENAI_API_KEY="sk-docs-test",
+            ANTHROPIC_BASE_URL=server.anthropic_url,
+            ANTHROPIC_API_KEY="sk-ant-docs-test",
+        )
+        os.chdir(scratch)
+        for example in document:
+            try:
+                example.evaluate()
+            except (SkipTest, NotEvaluated):
+                skipped += 1
+                continue
+            except BaseException:
+                rel = page.relative_to(ROOT)
+                print(f"{rel}:{example.line}: this example failed", file=sys.stderr)
+                traceback.print_exc()
+                raise SystemExit(1) from None
+            if isinstance(example.region.evaluator, PythonEvaluator):
+                ran += 1
+        requests = server.count()
+        os.chdir(ROOT)
+    return {"ran": ran, "skipped": skipped, "model_requests": requests}
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(Path(sys.argv[1]))))
