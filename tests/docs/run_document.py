@@ -44,9 +44,11 @@ def run(page: Path) -> dict[str, int]:
             ANTHROPIC_API_KEY="sk-ant-docs-test",
         )
         os.chdir(scratch)
+        skip_next = False
         for example in document:
+            python = isinstance(example.region.evaluator, PythonEvaluator)
             try:
-                example.evaluate()
+                example.evaluate()  # a skipped block is handed to Sybil's skipper, which runs nothing
             except (SkipTest, NotEvaluated):
                 skipped += 1
                 continue
@@ -55,7 +57,11 @@ def run(page: Path) -> dict[str, int]:
                 print(f"{rel}:{example.line}: this example failed", file=sys.stderr)
                 traceback.print_exc()
                 raise SystemExit(1) from None
-            if isinstance(example.region.evaluator, PythonEvaluator):
+            if not python:
+                skip_next = example.parsed == ("next", None)
+            elif skip_next:
+                skipped, skip_next = skipped + 1, False
+            else:
                 ran += 1
         requests = server.count()
         os.chdir(ROOT)

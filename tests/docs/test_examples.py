@@ -8,6 +8,7 @@ number the page has (so a parser that silently found nothing would fail here).
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import re
@@ -18,7 +19,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+ALL_PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+# Pages whose framework cannot share the docs env (CrewAI pins openai<3, which newer Pydantic AI
+# outgrew): the named tox env runs them, selecting them with VERONICA_DOCS_PAGES.
+ELSEWHERE = {"docs/integrations/crewai.md": "crewai"}
+_selected = os.environ.get("VERONICA_DOCS_PAGES")
+PAGES = (
+    [ROOT / name for name in _selected.split(",")]
+    if _selected
+    else [page for page in ALL_PAGES if str(page.relative_to(ROOT)) not in ELSEWHERE]
+)
 SKIP = "<!-- skip: next -->"
 _BLOCK = re.compile(r"^```python\s*$", re.MULTILINE)
 
@@ -47,8 +57,18 @@ def test_every_example_of_the_page_runs(page: Path) -> None:
     assert counts["ran"] == blocks - skips
 
 
+def test_pages_left_to_another_env_are_run_there() -> None:
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini", encoding="utf-8")
+    for page, env in ELSEWHERE.items():
+        section = tox[f"testenv:{env}"]
+        assert f"VERONICA_DOCS_PAGES = {page}" in section["set_env"]
+        assert "tests/docs/test_examples.py" in section["commands"]
+        assert (ROOT / page).is_file()
+
+
 def test_skipped_examples_are_few() -> None:
-    texts = [page.read_text(encoding="utf-8") for page in PAGES]
+    texts = [page.read_text(encoding="utf-8") for page in ALL_PAGES]
     blocks = sum(len(_BLOCK.findall(text)) for text in texts)
     skips = sum(text.count(SKIP) for text in texts)
     assert blocks >= 40
