@@ -12,12 +12,14 @@ the fake provider received; exits 1 with the failing block's location and traceb
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
 import tempfile
 import traceback
 from pathlib import Path
+from typing import Any
 from unittest import SkipTest
 
 from sybil import Sybil
@@ -26,9 +28,16 @@ from sybil.example import NotEvaluated
 from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "support"))
 
-from fake_provider import FakeProvider  # noqa: E402 - after the path above
+
+def _fake_provider() -> Any:
+    """tests/support/fake_provider.py's FakeProvider (tests/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("fake_provider", ROOT / "tests" / "support" / "fake_provider.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fake_provider"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.FakeProvider
 
 
 def run(page: Path) -> dict[str, int]:
@@ -36,7 +45,7 @@ def run(page: Path) -> dict[str, int]:
     document = Sybil(parsers=[PythonCodeBlockParser(), SkipParser()]).parse(page)
     document.namespace["__name__"] = "__docs__"
     ran = skipped = 0
-    with FakeProvider() as server, tempfile.TemporaryDirectory() as scratch:
+    with _fake_provider()() as server, tempfile.TemporaryDirectory() as scratch:
         os.environ.update(
             OPENAI_BASE_URL=server.openai_url,
             OPENAI_API_KEY="sk-docs-test",
