@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def expected_modules() -> set[str]:
     """Paths (inside the installed tree) the wheel must hold, from the source tree."""
-    found = {f"veronica_mw/{p.relative_to(ROOT / 'veronica_mw')}" for p in (ROOT / "veronica_mw").rglob("*.py")}
+    package = ROOT / "veronica_mw"
+    found = {f"veronica_mw/{p.relative_to(package)}" for p in package.rglob("*.py")}
     found |= {f"veronica_mw/adapters/{p.name}" for p in (ROOT / "adapters").glob("*.py")}
     found.add("veronica_mw/py.typed")
     return found

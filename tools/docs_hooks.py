@@ -87,7 +87,8 @@ def cli_reference() -> str:
 def _child(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return action.choices[name]
+            child: argparse.ArgumentParser = action.choices[name]
+            return child
     raise KeyError(name)
 
 

@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _fake_provider() -> Any:
     """tests/support/fake_provider.py's FakeProvider (tests/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("fake_provider", ROOT / "tests" / "support" / "fake_provider.py")
+    path = ROOT / "tests" / "support" / "fake_provider.py"
+    spec = importlib.util.spec_from_file_location("fake_provider", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["fake_provider"] = module  # its dataclasses look their module up

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import importlib.util
 import inspect
 import re
@@ -47,8 +48,7 @@ def _parameters(target: Any, *, skip: tuple[str, ...] = ()) -> list[str]:
 
 def _django_options() -> list[str]:
     pytest.importorskip("django")
-    from veronica_mw.adapters import django as adapter
-
+    adapter = importlib.import_module("veronica_mw.adapters.django")
     return list(adapter._OPTIONS)
 
 
@@ -93,7 +93,8 @@ def test_the_cli_reference_lists_every_subcommand_and_option() -> None:
     hooks = _hooks()
     assert hooks.CLI_MARKER in page
     reference = hooks.cli_reference()
-    sections = dict(re.findall(r"^### `([^`]+)`\n(.*?)(?=^### |\Z)", reference, flags=re.MULTILINE | re.DOTALL))
+    pattern = r"^### `([^`]+)`\n(.*?)(?=^### |\Z)"
+    sections = dict(re.findall(pattern, reference, flags=re.MULTILINE | re.DOTALL))
     leaves = _leaves(build_parser())
     assert len(leaves) >= 6  # demo, run, audit verify/show/calls, replay
     for path, parser in leaves:
@@ -101,7 +102,7 @@ def test_the_cli_reference_lists_every_subcommand_and_option() -> None:
         for action in parser._actions:
             if isinstance(action, argparse._HelpAction):
                 continue
-            for name in action.option_strings or [action.metavar or action.dest]:
+            for name in action.option_strings or [str(action.metavar or action.dest)]:
                 assert f"`{name}`" in body, f"{' '.join(path)}: {name} missing from the CLI reference"
     for command in {path[1] for path, _ in leaves}:
         heading = rf"^## .*`veronica-mw {command}`"

@@ -120,9 +120,8 @@ def test_home_page_has_title_navigation_and_a_search_that_finds_tenants(
     box = browser.find_element(By.CSS_SELECTOR, "input.md-search__input")
     box.click()
     box.send_keys("tenant")
-    results = wait.until(
-        ec.presence_of_all_elements_located((By.CSS_SELECTOR, ".md-search-result__item a.md-search-result__link"))
-    )
+    found = (By.CSS_SELECTOR, ".md-search-result__item a.md-search-result__link")
+    results = wait.until(ec.presence_of_all_elements_located(found))
     hrefs = [link.get_attribute("href") or "" for link in results]
     assert any("/scaling-out/" in href for href in hrefs), hrefs
     browser.save_screenshot(str(tmp_path / "search.png"))
