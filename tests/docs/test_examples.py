@@ -19,6 +19,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+SKIP = "<!-- skip: next -->"
+_BLOCK = re.compile(r"^```python\s*$", re.MULTILINE)
+
+
+def _has_examples(page: Path) -> bool:
+    return bool(_BLOCK.search(page.read_text(encoding="utf-8")))
+
+
 ALL_PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 # Pages whose framework cannot share the docs env (CrewAI pins openai<3, which newer Pydantic AI
 # outgrew): the named tox env runs them, selecting them with VERONICA_DOCS_PAGES.
@@ -27,10 +35,8 @@ _selected = os.environ.get("VERONICA_DOCS_PAGES")
 PAGES = (
     [ROOT / name for name in _selected.split(",")]
     if _selected
-    else [page for page in ALL_PAGES if str(page.relative_to(ROOT)) not in ELSEWHERE]
+    else [page for page in ALL_PAGES if str(page.relative_to(ROOT)) not in ELSEWHERE and _has_examples(page)]
 )
-SKIP = "<!-- skip: next -->"
-_BLOCK = re.compile(r"^```python\s*$", re.MULTILINE)
 
 
 def _ids(page: Path) -> str:
@@ -41,8 +47,7 @@ def _ids(page: Path) -> str:
 def test_every_example_of_the_page_runs(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
     blocks, skips = len(_BLOCK.findall(text)), text.count(SKIP)
-    if not blocks:
-        pytest.skip("no Python examples on this page")
+    assert blocks, f"{page} has no Python example"
     done = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "docs" / "run_document.py"), str(page)],
         capture_output=True,
