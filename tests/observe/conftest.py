@@ -14,6 +14,7 @@ from veronica_mw.cli.main import main
 from veronica_mw.observe._audit_read import iter_records
 
 from ..pools.conftest import redis_server, redis_url
+from ..support.redis_cluster import _redis_cluster_session, redis_cluster  # noqa: F401  (fixtures)
 
 __all__ = ["Cli", "read_records", "redis_server", "redis_url", "run_cli"]
 

@@ -11,6 +11,7 @@ import pytest
 
 from veronica_mw.observe._audit_sign import keygen
 
+from ..support.redis_cluster import LocalRedisCluster
 from ._signed_logs import KEY, rechain, write_chain
 from .conftest import Cli
 
@@ -181,5 +182,32 @@ def test_anchor_to_redis(tmp_path: Path, cli: Cli, redis_url: str) -> None:
     shutil.rmtree(tmp_path / "logs")
     (tmp_path / "logs").mkdir()
     write_chain(tmp_path / "logs", private, tmp_path / "elsewhere.jsonl", calls=1)  # another chain
+    code, out, err = cli("audit", "verify", tmp_path / "logs", *proof)
+    assert code == 1 and "missing chain" in out, out + err
+
+
+def test_anchor_to_a_redis_cluster_through_any_node(
+    tmp_path: Path, cli: Cli, redis_cluster: LocalRedisCluster
+) -> None:
+    """A plain URL to one node of a real cluster is a working anchor, whichever master owns the list."""
+    private, public = keygen(tmp_path / "signing")
+    key_file = tmp_path / "hmac"
+    key_file.write_bytes(KEY)
+    # A list key owned by a master other than the node in the URL: a standalone client gets MOVED.
+    node = redis_cluster.masters()[0]
+    name = next(
+        f"audit-{tmp_path.name}-{i}"
+        for i in range(10_000)
+        if redis_cluster.master_of(f"audit-{tmp_path.name}-{i}").port != node.port
+    )
+    url = f"{node.url}?key={name}"
+    (tmp_path / "logs").mkdir()
+    write_chain(tmp_path / "logs", private, url)
+    proof = ("--key-file", key_file, "--public-key", public, "--anchor", url)
+    code, out, err = cli("audit", "verify", tmp_path / "logs", *proof)
+    assert code == 0 and "anchored: " in out, out + err
+    shutil.rmtree(tmp_path / "logs")
+    (tmp_path / "logs").mkdir()
+    write_chain(tmp_path / "logs", private, tmp_path / "elsewhere.jsonl", calls=1)
     code, out, err = cli("audit", "verify", tmp_path / "logs", *proof)
     assert code == 1 and "missing chain" in out, out + err

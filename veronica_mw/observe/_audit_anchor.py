@@ -76,9 +76,11 @@ class RedisAnchor:
 
     def __call__(self, entry: dict[str, Any]) -> None:
         if self._client is None:
-            import redis  # the [redis] extra
+            # The pools' client factory: a URL to a standalone Redis or to any node of a Redis
+            # Cluster (detected), rediss:// for TLS -- the anchor list is one key, so one slot.
+            from ..pools.redis_connect import RedisClients
 
-            self._client = redis.Redis.from_url(self.url, socket_timeout=5.0)
+            self._client = RedisClients(self.url, socket_timeout=5.0).sync()
         self._client.rpush(self.key, canonical(entry))
 
     def __repr__(self) -> str:
@@ -88,16 +90,17 @@ class RedisAnchor:
 def read_anchor(source: str, log_name: str) -> list[Any]:
     """Every entry of an anchor file or Redis list, oldest first (lines that are not JSON: as None)."""
     if is_redis_url(source):
-        import redis
+        from ..pools.redis_connect import RedisClients
 
         url, key = _redis_target(source, log_name)
-        client = redis.Redis.from_url(url, socket_timeout=10.0)
+        clients = RedisClients(url, socket_timeout=10.0)
         try:
             raw: list[bytes] = [
-                item if isinstance(item, bytes) else item.encode() for item in client.lrange(key, 0, -1)
+                item if isinstance(item, bytes) else item.encode()
+                for item in clients.sync().lrange(key, 0, -1)
             ]
         finally:
-            client.close()
+            clients.close()
     else:
         raw = Path(source).read_bytes().splitlines()
     entries: list[Any] = []
