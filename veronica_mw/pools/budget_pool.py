@@ -286,12 +286,18 @@ class BudgetPool:
         headers = self._headers(state, now, end) if self.rate_limit_headers else []
         if self._exhausted(state):
             reason = "budget_exceeded" if state.spent >= self._limit else "step_limit"
-            detail = (
-                f"tenant {'budget' if reason == 'budget_exceeded' else 'step limit'} for this window is spent"
-            )
-            return _refused(429, reason, max(0.0, end - now), detail, headers)
+            return _refused(429, reason, max(0.0, end - now), self._spent_detail(reason, state), headers)
         ledger = TenantLedger(self, key_hash)
         return Admission(True, headers=headers, ledger=ledger, fallback=source == "local")
+
+    def _spent_detail(self, reason: str, state: BucketState) -> str:
+        # The usage and the limits in force go with the refusal (the client's problem+json and the
+        # audit log's ``refused`` record), so a refusal can be checked against its window later.
+        steps = f"{state.steps} of {self._steps}" if self._steps >= 0 else str(state.steps)
+        return (
+            f"tenant {'budget' if reason == 'budget_exceeded' else 'step limit'} for this window is spent"
+            f" (${state.spent / NANO:.6f} of ${self._limit / NANO:.6f} spent, steps {steps})"
+        )
 
     def _headers(self, state: BucketState, now: float, end: float) -> list[tuple[str, str]]:
         # IETF draft-ietf-httpapi-ratelimit-headers: quota in micro-dollars, reset in whole seconds.
