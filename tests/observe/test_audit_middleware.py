@@ -77,7 +77,8 @@ def test_asgi_http_websocket_and_refusals(tmp_path: Path) -> None:
     (refused,) = (r for r in records if r["type"] == "refused")
     assert (refused["reason"], refused["status"]) == ("budget_exceeded", 429)
     # the window's usage and the limit in force
-    assert refused["detail"] == "tenant budget for this window is spent ($0.001000 of $0.001000 spent, steps 1)"
+    spent = "tenant budget for this window is spent ($0.001000 of $0.001000 spent, steps 1)"
+    assert refused["detail"] == spent
     assert b"query-value" not in b"".join(Path(f).read_bytes() for f in log.files)
     code, out, _ = run_cli("audit", "show", tmp_path)
     assert code == 0 and out.splitlines()[-1] == "refused before a context: 1 budget_exceeded (HTTP 429)"

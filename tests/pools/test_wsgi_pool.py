@@ -76,7 +76,8 @@ def test_concurrent_requests_and_preflight_refusal(redis_url: str, closer: Close
             other = client.post("/chat", headers={"x-api-key": "globex"})
     assert refused.status_code == 429 and refused.json()["reason"] == "budget_exceeded"
     # refused before the app, with the window's usage and limit
-    assert refused.json()["detail"] == "tenant budget for this window is spent ($0.300000 of $0.300000 spent, steps 10)"
+    spent = "tenant budget for this window is spent ($0.300000 of $0.300000 spent, steps 10)"
+    assert refused.json()["detail"] == spent
     assert 0 < int(refused.headers["retry-after"]) <= 3600
     assert refused.headers["ratelimit"].startswith('"usd";r=0;t=')
     assert other.status_code == 200 and other.headers["ratelimit"].startswith('"usd";r=300000;')
