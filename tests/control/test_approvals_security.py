@@ -232,19 +232,20 @@ async def test_logout_revokes_a_copied_cookie() -> None:
 
 
 async def test_sessions_end_when_idle_and_at_their_lifetime() -> None:
-    idle = ApprovalQueue(ALICE, session_idle_s=0.4)
+    # Seconds, not tenths: a loaded CI machine can take a few hundred ms between two requests.
+    idle = ApprovalQueue(ALICE, session_idle_s=2.0)
     async with local_client(idle) as http:
         await sign_in(http, ALICE)
-        for _ in range(3):  # used within the idle timeout: it lives on
-            await asyncio.sleep(0.2)
+        for _ in range(3):  # used within the idle timeout: it lives on past it
+            await asyncio.sleep(0.8)
             assert "Signed in" in (await http.get("/", headers=HTML)).text
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(2.5)
         assert 'name="token"' in (await http.get("/", headers=HTML)).text
-    capped = ApprovalQueue(ALICE, session_max_s=0.6)
+    capped = ApprovalQueue(ALICE, session_max_s=2.0)
     async with local_client(capped) as http:
         await sign_in(http, ALICE)
-        for _ in range(4):
-            await asyncio.sleep(0.2)
+        for _ in range(3):
+            await asyncio.sleep(0.8)
         assert 'name="token"' in (await http.get("/", headers=HTML)).text  # used, but too old
 
 
