@@ -32,7 +32,8 @@ class HostedChat(GenericFakeChatModel):
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
         params = super()._get_ls_params(stop=stop, **kwargs)
-        params.update(ls_provider="openai", ls_model_name=self.model_name)
+        params["ls_provider"] = "openai"
+        params["ls_model_name"] = self.model_name
         if self.max_tokens is not None:
             params["ls_max_tokens"] = self.max_tokens  # as ChatOpenAI, ChatGroq report it
         return params
