@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from crewai import Agent, Crew, Task
+from crewai.crews.crew_output import CrewOutput
 from crewai.tools import BaseTool
 from fastapi import FastAPI
 from mcp.server.fastmcp import FastMCP
@@ -66,7 +67,9 @@ def build(llms: list[ToolLoopLLM]) -> FastAPI:
             role="researcher", goal="find facts", backstory="thorough", llm=llm, tools=[McpLookup()]
         )
         task = Task(description="research", expected_output="facts", agent=agent)
-        return {"raw": Crew(agents=[agent], tasks=[task]).kickoff().raw}
+        output = Crew(agents=[agent], tasks=[task]).kickoff()
+        assert isinstance(output, CrewOutput)
+        return {"raw": output.raw}
 
     return app
 
