@@ -20,6 +20,7 @@ from .. import (
     ToolCallRejected,
     WrapOptions,
 )
+from . import _openai_agents_mcp
 from ._openai_agents_calls import (
     AgentsToolCallRejected,
     Call,
@@ -115,6 +116,8 @@ class VeronicaRunHooks(RunHooks[Any]):
         # Validated now rather than at the first call.
         self.cost_estimate_hint = WrapOptions(cost_estimate_hint=cost_estimate_hint).cost_estimate_hint
         self._open = OpenCalls()
+        # Now, before any run lists its MCP tools (their bodies bind invoke_mcp_tool then).
+        _openai_agents_mcp.install(pin=True)
 
     @property
     def context(self) -> ExecutionContext | None:

@@ -9,16 +9,23 @@ through ``mcp.ClientSession.call_tool`` -- instrumented by ``veronica_mw.instrum
 ContextVar, for the duration of the tool body; a finder (:mod:`._provider_claims`) hands it to the
 MCP instrumentation, which adopts the hook's step instead of opening a second one. Parallel MCP
 calls each carry their own key, so each joins its own step.
+
+:func:`install` puts the wrapper and the finder in place: ``instrument("openai-agents")`` does it
+(and :func:`remove` undoes it), and so does constructing :class:`VeronicaRunHooks`, which pins it
+for the process (explicit hooks with only ``instrument("mcp")`` must not count a call twice). Both
+are inert outside an MCP tool body: the wrapper only publishes a key, the finder only answers then.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Hashable
 from contextvars import ContextVar
 from typing import Any
 
 from .. import CallNode, ExecutionContext
+from . import _provider_claims
 
 _tool_key: ContextVar[Hashable | None] = ContextVar("veronica_openai_agents_mcp_tool", default=None)
 
@@ -48,3 +55,42 @@ def wrap_invoke(original: Callable[..., Any]) -> Callable[..., Any]:
             _tool_key.reset(token)
 
     return invoke_mcp_tool
+
+
+_original: list[Any] = []  # MCPUtil.invoke_mcp_tool's classmethod, while it is wrapped
+_pinned: list[bool] = []  # non-empty: VeronicaRunHooks need the join; remove() leaves it
+_lock = threading.Lock()
+
+
+def _mcp_util() -> Any:
+    try:
+        from agents.mcp.util import MCPUtil
+    except ImportError:  # the SDK without its MCP support: no MCP tools to join
+        return None
+    return MCPUtil
+
+
+def install(*, pin: bool = False) -> None:
+    """Wrap ``MCPUtil.invoke_mcp_tool`` and register the finder (idempotent). ``pin``: keep them
+    through :func:`remove` (the run hooks' use)."""
+    with _lock:
+        if pin and not _pinned:
+            _pinned.append(True)
+        if _original:
+            return
+        util = _mcp_util()
+        invoke = None if util is None else util.__dict__.get("invoke_mcp_tool")
+        if isinstance(invoke, classmethod):  # guard against API drift
+            _original.append(invoke)
+            util.invoke_mcp_tool = classmethod(wrap_invoke(invoke.__func__))
+        _provider_claims.register(enclosing_tool)
+
+
+def remove() -> None:
+    """Undo :func:`install` (idempotent), unless the run hooks pinned it."""
+    with _lock:
+        if _pinned:
+            return
+        _provider_claims.unregister(enclosing_tool)
+        if _original:
+            _mcp_util().invoke_mcp_tool = _original.pop()

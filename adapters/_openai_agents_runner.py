@@ -34,10 +34,9 @@ from agents.lifecycle import RunHooksBase
 from agents.run import AgentRunner
 
 from .. import CallNode, ExecutionContext, get_current_execution_context
-from . import _provider_claims
+from . import _openai_agents_mcp, _provider_claims
 from ._openai_agents_calls import RunScope, current_run
 from ._openai_agents_hooks import VeronicaRunHooks, model_and_provider
-from ._openai_agents_mcp import enclosing_tool, wrap_invoke
 
 __all__ = ["ChainedRunHooks", "instrument", "instrumented", "uninstrument"]
 
@@ -168,7 +167,7 @@ def _outcome(task: asyncio.Future[Any]) -> BaseException | None:
 
 def _enclosing_model_call(ctx: ExecutionContext, kind: str = "llm") -> CallNode | None:
     """For the provider instrumentation: the model call a request made here belongs to (model
-    requests only: an MCP call finds its tool step through :func:`enclosing_tool`)."""
+    requests only: an MCP call finds its tool step through ``_openai_agents_mcp.enclosing_tool``)."""
     if kind != "llm":
         return None
     scope = current_run.get()
@@ -177,16 +176,7 @@ def _enclosing_model_call(ctx: ExecutionContext, kind: str = "llm") -> CallNode 
 
 _WRAPPERS = {"run": _wrap_run, "run_sync": _wrap_run_sync, "run_streamed": _wrap_run_streamed}
 _originals: dict[str, Any] = {}
-_mcp_original: list[Any] = []  # MCPUtil.invoke_mcp_tool's classmethod, while it is wrapped
 _lock = threading.Lock()
-
-
-def _mcp_util() -> Any:
-    try:
-        from agents.mcp.util import MCPUtil
-    except ImportError:  # the SDK without its MCP support: no MCP tools to join
-        return None
-    return MCPUtil
 
 
 def instrument() -> None:
@@ -200,12 +190,7 @@ def instrument() -> None:
                 _originals[name] = original
                 setattr(AgentRunner, name, wrap(original))
         _provider_claims.register(_enclosing_model_call)
-        util = _mcp_util()
-        invoke = None if util is None else util.__dict__.get("invoke_mcp_tool")
-        if isinstance(invoke, classmethod):  # guard against API drift
-            _mcp_original.append(invoke)
-            util.invoke_mcp_tool = classmethod(wrap_invoke(invoke.__func__))
-        _provider_claims.register(enclosing_tool)
+        _openai_agents_mcp.install()
 
 
 def uninstrument() -> None:
@@ -215,9 +200,7 @@ def uninstrument() -> None:
             setattr(AgentRunner, name, original)
         _originals.clear()
         _provider_claims.unregister(_enclosing_model_call)
-        _provider_claims.unregister(enclosing_tool)
-        if _mcp_original:
-            _mcp_util().invoke_mcp_tool = _mcp_original.pop()
+        _openai_agents_mcp.remove()
 
 
 def instrumented() -> bool:

@@ -13,13 +13,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from agents import Agent, Runner
+from agents import Agent, RunHooks, Runner
 from agents.mcp import MCPServerStdio, MCPServerStdioParams
 
 import veronica_mw
 from veronica_mw import ExecutionContext, ExecutionHalted
+from veronica_mw.adapters.openai_agents import VeronicaRunHooks
 
 from .fakes import Counter, ToolLoopModel
 from .test_hooks import limits
@@ -27,7 +29,9 @@ from .test_hooks import limits
 SERVER = Path(__file__).with_name("mcp_ping_server.py")
 
 
-def _run(ctx: ExecutionContext, log: Path, counter: Counter, parallel: int) -> None:
+def _run(
+    ctx: ExecutionContext, log: Path, counter: Counter, parallel: int, hooks: RunHooks[Any] | None = None
+) -> None:
     async def main() -> None:
         params = MCPServerStdioParams(command=sys.executable, args=[str(SERVER), str(log)])
         async with MCPServerStdio(params=params, client_session_timeout_seconds=60) as server:
@@ -35,7 +39,7 @@ def _run(ctx: ExecutionContext, log: Path, counter: Counter, parallel: int) -> N
             agent = Agent(name="mcp", model=model, mcp_servers=[server])
             async with ctx:
                 with pytest.raises(ExecutionHalted):
-                    await Runner.run(agent, "go", max_turns=1000)
+                    await Runner.run(agent, "go", max_turns=1000, hooks=hooks)
 
     asyncio.run(main())
 
@@ -60,6 +64,25 @@ def test_an_mcp_tool_is_one_step_under_instrument(tmp_path: Path, parallel: int,
     tools = [n for n in ctx.graph.nodes() if n.kind == "tool"]
     assert len(tools) == pings and all(n.name == "openai_agents.tool:ping" for n in tools)
     assert all(n.settled and n.status == "ok" for n in tools)
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_explicit_hooks_with_only_mcp_instrumented_count_once(tmp_path: Path, parallel: int) -> None:
+    """No ``instrument("openai-agents")``: the hooks themselves put the MCP join in place."""
+    log = tmp_path / "calls.log"
+    log.touch()
+    counter = Counter()
+    assert veronica_mw.instrument("mcp") == ("mcp",)
+    ctx = ExecutionContext(limits(6))
+    try:
+        _run(ctx, log, counter, parallel, hooks=VeronicaRunHooks())
+    finally:
+        veronica_mw.uninstrument()
+    pings = log.read_text().count("ping")
+    assert ctx.get_snapshot().step_count == 6 == counter.model_calls + pings
+    assert (counter.model_calls, pings) == ((3, 3) if parallel == 1 else (2, 4))
+    tools = [n for n in ctx.graph.nodes() if n.kind == "tool"]
+    assert len(tools) == pings and all(n.name == "openai_agents.tool:ping" for n in tools)
 
 
 SCRIPT = """
