@@ -1,8 +1,6 @@
-"""CallAPI: what code calls on a context -- ``begin_call`` (two-phase), ``wrap_*``/``call_*`` (one
-call) and their coroutine versions, ``check``, ``cancel``, ``record_retry`` -- and what a node asks
-of it (:class:`~._node.Owner`). Each is a thin shell around the one admission (:mod:`._admission`),
-the one settlement (:mod:`._settle`) and the verdicts (:mod:`._verdicts`) on the context's state.
-"""
+"""CallAPI: what code calls on a context (``begin_call``, ``wrap_*``/``call_*``, their coroutine
+versions, ``check``, ``cancel``, ``record_retry``) and what a node asks of it: thin shells around
+admission, settlement and the verdicts."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ import logging
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from . import _admission, _calls, _lifecycle, _lineage, _settle, _verdicts
+from . import _admission, _calls, _lineage, _settle, _verdicts
 from ._node import CallNode
 from ._state import ContextState
 from .config import DEFAULT_OPTIONS, WrapOptions
@@ -28,13 +26,7 @@ class CallAPI(ContextState):
 
     def check(self) -> None:
         """Raise :class:`ExecutionHalted` if this context (or an ancestor) has halted (takes no step)."""
-        now = _lifecycle._monotonic()
-        for level in (*reversed(self._above), self):  # a passed deadline (a timer may not be armed)
-            if level._ledger.reason is None and level._deadline and now >= level._deadline:
-                level._on_deadline()
-        if self._up is not None:
-            self._halted_above()
-        if self._ledger.reason is not None:
+        if self._halted_now():
             raise self.halted_error()
 
     def cancel(self, detail: str = "") -> None:

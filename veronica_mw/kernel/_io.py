@@ -13,30 +13,11 @@ from typing import Any
 
 # Keys dropped wherever they appear (compared lower-case, "-" read as "_"). Header dicts go whole:
 # besides Authorization they carry tokens under vendor-specific names.
-SECRET_KEYS = frozenset(
-    {
-        "api_key",
-        "apikey",
-        "x_api_key",
-        "api_token",
-        "access_token",
-        "refresh_token",
-        "authorization",
-        "proxy_authorization",
-        "auth",
-        "bearer",
-        "password",
-        "secret",
-        "client_secret",
-        "cookie",
-        "set_cookie",
-        "headers",
-        "extra_headers",
-        "default_headers",
-        "http_client",
-        "client",
-    }
-)
+SECRET_KEYS = frozenset({
+    "api_key", "apikey", "x_api_key", "api_token", "access_token", "refresh_token", "authorization",
+    "proxy_authorization", "auth", "bearer", "password", "secret", "client_secret", "cookie", "set_cookie",
+    "headers", "extra_headers", "default_headers", "http_client", "client",
+})  # fmt: skip
 _MAX_DEPTH = 32  # a self-referencing structure ends here instead of recursing forever
 _INF = float("inf")
 

@@ -1,10 +1,8 @@
 """Ledger: one context's counters, limits and halt under its own lock, and the rule every call obeys.
 
-A call counts in every ledger of its context's lineage (its own, then each enclosing context's; a
-root's is its own alone): see :mod:`._admission` and :mod:`._settle`. Soft limits cost the common
-case nothing: admission and settlement compare against a *gate*, the lower of the hard limit and
-the next ``warn_at`` threshold; past a gate :meth:`Ledger.soft_limit` moves it.
-"""
+Soft limits cost the common case nothing: admission and settlement compare against a *gate*, the
+lower of the hard limit and the next ``warn_at`` threshold; past a gate :meth:`Ledger.soft_limit`
+moves it."""
 
 from __future__ import annotations
 
@@ -73,21 +71,17 @@ class Ledger:
         that did not fit). ``cost_only``: a grown reservation, which takes no step."""
         if self.reason is not None:
             return None, "", True
-        if not cost_only and self.steps >= self.config.max_steps:
-            return HaltReason.STEP_LIMIT, self.limit_detail(HaltReason.STEP_LIMIT, hint), True
-        spent = self.committed + EPSILON >= self.config.max_cost_usd
-        return HaltReason.BUDGET_EXCEEDED, self.limit_detail(HaltReason.BUDGET_EXCEEDED, hint), spent
+        config = self.config
+        if not cost_only and self.steps >= config.max_steps:
+            return HaltReason.STEP_LIMIT, f"max_steps={config.max_steps} reached", True
+        detail = f"cost {self.committed:.6f} + reserved {self.reserved:.6f} + {hint:g} > {config.max_cost_usd:g}"
+        return HaltReason.BUDGET_EXCEEDED, detail, self.committed + EPSILON >= config.max_cost_usd
 
     def fits(self, usd: float) -> bool:
         """Whether ``usd`` more can be reserved for a call already admitted."""
         return (
             self.reason is None and self.committed + self.reserved + usd <= self.config.max_cost_usd + EPSILON
         )
-
-    def take(self, hint: float) -> None:
-        self.steps += 1
-        self.reserved += hint
-        self.in_flight += 1
 
     def settle(self, reserved: float, cost: float, refund_step: bool) -> bool:
         """Give back ``reserved``, commit ``cost`` (and the step, for a call that never ran);
@@ -101,14 +95,6 @@ class Ledger:
 
     def over_ceiling(self) -> bool:
         return self.committed > self.config.max_cost_usd + EPSILON
-
-    def limit_detail(self, reason: HaltReason, hint: float) -> str:
-        config = self.config
-        if reason is HaltReason.STEP_LIMIT:
-            return f"max_steps={config.max_steps} reached"
-        return (
-            f"cost {self.committed:.6f} + reserved {self.reserved:.6f} + {hint:g} > {config.max_cost_usd:g}"
-        )
 
     # -- soft limits ---------------------------------------------------------------------------------
 

@@ -1,15 +1,13 @@
 """CallNode: one model or tool call, the handle of the two-phase API (commit / fail / release).
 
-A node asks its context to settle it through :class:`Owner` (what a node needs of its context),
-so this module sits below the context's own.
-"""
+A node settles through its context's ``_commit``/``_fail``/... (:mod:`._api`): this module sits below it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any
 
 from ._io import jsonable
 from .config import DEFAULT_OPTIONS, WrapOptions
@@ -22,23 +20,6 @@ current_node: ContextVar[int | None] = ContextVar("veronica_mw_node", default=No
 # node._held: no budget parent holds a reservation for it / one does, settled by whoever settles
 # the node / one does, and an async caller awaits its settle after the sync step it runs.
 FREE, HELD, DEFERRED = 0, 1, 2
-
-
-class Owner(Protocol):
-    """What a node asks of the context it runs in (an :class:`~veronica_mw.ExecutionContext`)."""
-
-    def _commit(
-        self, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
-    ) -> Decision: ...
-    async def _acommit(
-        self, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
-    ) -> Decision: ...
-    def _fail(self, node: CallNode, exc: BaseException | None) -> None: ...
-    async def _afail(self, node: CallNode, exc: BaseException | None) -> None: ...
-    def _release(self, node: CallNode, status: str) -> None: ...
-    async def _arelease(self, node: CallNode, status: str) -> None: ...
-    def _downgraded(self, node: CallNode, requested: str | None) -> None: ...
-    def _add_reservation(self, node: CallNode, usd: float) -> None: ...
 
 
 class CallNode:
@@ -89,7 +70,7 @@ class CallNode:
         self.reported_usage: tuple[TokenUsage, str | None] | None = None
         # Request/response bodies, a dict only when an observer asked for them (see record_io).
         self.io: dict[str, Any] | None = None
-        self._ctx: Any = None  # the Owner, until settled
+        self._ctx: Any = None  # the context, until settled
         self._options: Any = None
         self._probe = False
         self._held = FREE  # see FREE, HELD, DEFERRED
@@ -124,7 +105,7 @@ class CallNode:
     ) -> Decision:
         """The call succeeded: commit its actual cost (explicit, from ``usage``, from ``result``,
         else the reserved hint). Returns HALT when this cost took the context past a limit."""
-        ctx: Owner | None = self._ctx
+        ctx = self._ctx
         if ctx is None:
             return Decision.ALLOW
         return ctx._commit(self, result, cost_usd, usage, model)
@@ -139,7 +120,7 @@ class CallNode:
     ) -> Decision:
         """:meth:`commit` for async callers: async output checks and an async parent budget's
         ``asettle`` are awaited (never run on a side loop, never blocking the event loop)."""
-        ctx: Owner | None = self._ctx
+        ctx = self._ctx
         if ctx is None:
             return Decision.ALLOW
         return await ctx._acommit(self, result, cost_usd, usage, model)

@@ -1,11 +1,7 @@
 """ContextState: everything one ExecutionContext holds, declared once, and how it halts and reads.
 
-The counters and limits live in the context's :class:`~._ledger.Ledger`; this class adds what the
-context knows beyond them (its call graph, lineage, policies, observers, clock) and the reads and
-halts every part of the kernel shares. Admission, settlement, verdicts and the call forms are
-functions of this state (:mod:`._admission`, :mod:`._settle`, :mod:`._lineage`, :mod:`._verdicts`,
-:mod:`._calls`).
-"""
+The counters and limits live in its :class:`~._ledger.Ledger`; the parts that act on a context
+(admission, settlement, verdicts, call forms) are functions of this state."""
 
 from __future__ import annotations
 
@@ -250,6 +246,17 @@ class ContextState:
         if top.reason is None or self._ledger.reason is not None:
             return
         self._abort(HaltReason(top.reason), f"{label(level)}: {top.detail}", top.retry_after, top.http_status)
+
+    def _halted_now(self) -> bool:
+        """Whether this context has halted, once every passed deadline of its lineage fired (a timer
+        may not be armed) and an ancestor's halt was taken over."""
+        now = _monotonic()
+        for level in (*reversed(self._above), self):
+            if level._ledger.reason is None and level._deadline and now >= level._deadline:
+                level._on_deadline()
+        if self._up is not None:
+            self._halted_above()
+        return self._ledger.reason is not None
 
     def _halted_ancestor(self) -> ContextState | None:
         """The top-most ancestor that has halted, if any."""

@@ -1,11 +1,8 @@
-"""The context tree: how a context nests in another (:func:`bind`), and :func:`format_tree`, which
-renders a snapshot and its children as text (name, steps, cost against its limit, status).
+"""The context tree: how a context nests in another (:func:`bind`) and :func:`format_tree`.
 
-A nested context's every call also counts in each ancestor (its lineage of ledgers, see
-:mod:`._ledger`), so no context nested in another can spend past the enclosing limits; it inherits
-the nearest circuit breaker, timeout pool and output checks, every budget parent above, the
-observers and ``on_warn``; an ancestor's halt halts it at its next call.
-"""
+A nested context's calls also count in each ancestor, so it can never spend past the enclosing
+limits; it inherits the nearest breaker, timeout pool and checks, every budget parent above, the
+observers and ``on_warn``."""
 
 from __future__ import annotations
 

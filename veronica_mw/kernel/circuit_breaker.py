@@ -33,15 +33,9 @@ class CircuitBreaker:
     """
 
     __slots__ = (
-        "failure_threshold",
-        "recovery_timeout",
-        "_clock",
-        "_lock",
-        "_state",
-        "_failures",
-        "_opened_at",
+        "failure_threshold", "recovery_timeout", "_clock", "_lock", "_state", "_failures", "_opened_at",
         "_probe_started",
-    )
+    )  # fmt: skip
 
     def __init__(
         self,

@@ -1,8 +1,5 @@
-"""The ContextVars of the current execution context (and pending request context) and call node.
-
-Defined with the class they hold (:mod:`.execution`) and the call graph (:mod:`.graph`); this
-module is where the rest of the package imports them from.
-"""
+"""The ContextVars of the current execution context (and pending request context) and call node:
+where the rest of the package imports them from (they live in :mod:`.execution` and :mod:`._node`)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,17 @@
 """ExecutionContext: the chain-level containment boundary (G1–G3, G5) and its public API.
 
-Every call goes through the one admission (:mod:`._admission`), which checks every limit of the
-context's lineage and reserves one step plus the call's cost hint, then through exactly one
-settle (:mod:`._settle`) of the returned :class:`~veronica_mw.kernel.graph.CallNode`
-(``commit``/``fail``/``release``). Any halt is terminal: the reason is stored once in the
-context's ledger and every later call is refused before it runs. This module also holds the
-ContextVar of the current context (re-exported by :mod:`.context`) and the ``with`` lifecycle.
-"""
+Its state is :class:`~._state.ContextState`, its calls :class:`~._api.CallAPI`; this module adds
+the ``with`` lifecycle, the family (parent, children) and the ContextVar of the current context
+(re-exported by :mod:`.context`)."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from enum import Enum
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from . import _lifecycle
 from . import observer as _obs
@@ -31,10 +26,6 @@ from .parent import BudgetParent
 from .policy import PolicyPipeline
 from .snapshot import ExecutionEvent
 from .timeout_pool import SharedTimeoutPool
-
-logger = logging.getLogger("veronica_mw")
-T = TypeVar("T")
-_NO_KWARGS: dict[str, Any] = {}  # never mutated: ``fn(**{})``
 
 
 class PendingContext:

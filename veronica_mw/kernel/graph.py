@@ -1,9 +1,7 @@
 """ExecutionGraph: a context's calls, in a bounded ring of compact records, and totals of all.
 
-The most recent ``capacity`` calls are kept in a ring buffer of compact records; older ones only
-survive in the per-(kind, status) aggregates, so a context making a million calls holds at most
-``capacity`` records. Mutated only under the owning context's lock.
-"""
+Older calls than the ring's ``capacity`` survive only in per-(kind, status) aggregates, so a
+million calls hold at most ``capacity`` records. Mutated only under the owning context's lock."""
 
 from __future__ import annotations
 
@@ -139,19 +137,18 @@ class ExecutionGraph:
             rec: Any = self._recs[i]  # a record: only the inline path opens and closes by id
             self._recs[i] = (rec[0], rec[1], rec[2], cost, 0, 0, status, rec[7], rec[8], rec[9], None)
             self._t1[i] = time.monotonic()
-        agg = (self._ok.get(kind) or self._ok_aggregate(kind)) if status == "ok" else None
+        agg = self._ok.get(kind) if status == "ok" else None
         if agg is None:
-            agg = self._aggregates.get((kind, status))
-            if agg is None:
-                agg = self._aggregates[(kind, status)] = Aggregate()
+            agg = self._aggregate(kind, status)
         agg.count += 1
         agg.cost_usd += cost
 
-    def _ok_aggregate(self, kind: str) -> Aggregate:
-        agg = self._aggregates.get((kind, "ok"))
+    def _aggregate(self, kind: str, status: str) -> Aggregate:
+        agg = self._aggregates.get((kind, status))
         if agg is None:
-            agg = self._aggregates[(kind, "ok")] = Aggregate()
-        self._ok[kind] = agg
+            agg = self._aggregates[(kind, status)] = Aggregate()
+            if status == "ok":
+                self._ok[kind] = agg
         return agg
 
     def promote(
@@ -203,9 +200,7 @@ class ExecutionGraph:
     def finish(self, node: CallNode, status: str) -> None:
         node.status = status
         node.ended = time.monotonic()
-        agg = self._aggregates.get((node.kind, status))
-        if agg is None:
-            agg = self._aggregates[(node.kind, status)] = Aggregate()
+        agg = self._aggregate(node.kind, status)
         agg.count += 1
         agg.cost_usd += node.cost_usd
         agg.tokens_in += node.tokens_in

@@ -119,13 +119,7 @@ class SharedTimeoutPool:
 
     def _after_fork(self) -> None:
         # The worker thread does not survive fork(); the child starts its own on first use.
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._heap = []
-        self._dead = 0
-        self._thread = None
-        self._wake_at = float("inf")
-
+        SharedTimeoutPool.__init__(self)
 
 def _reset_default_after_fork() -> None:
     if SharedTimeoutPool._default is not None:
