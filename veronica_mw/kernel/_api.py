@@ -145,7 +145,7 @@ class CallAPI(ContextState):
         await _settle.afail(self, node, exc)
 
     def _release(self, node: CallNode, status: str) -> None:
-        _settle.release(self, node, status)
+        _settle.close(self, node, status, 0.0, refund_step=True)
 
     async def _arelease(self, node: CallNode, status: str) -> None:
         await _settle.arelease(self, node, status)

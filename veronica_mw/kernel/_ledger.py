@@ -74,8 +74,9 @@ class Ledger:
         config = self.config
         if not cost_only and self.steps >= config.max_steps:
             return HaltReason.STEP_LIMIT, f"max_steps={config.max_steps} reached", True
-        detail = f"cost {self.committed:.6f} + reserved {self.reserved:.6f} + {hint:g} > {config.max_cost_usd:g}"
-        return HaltReason.BUDGET_EXCEEDED, detail, self.committed + EPSILON >= config.max_cost_usd
+        used, limit = self.committed, config.max_cost_usd
+        detail = f"cost {used:.6f} + reserved {self.reserved:.6f} + {hint:g} > {limit:g}"
+        return HaltReason.BUDGET_EXCEEDED, detail, used + EPSILON >= limit
 
     def fits(self, usd: float) -> bool:
         """Whether ``usd`` more can be reserved for a call already admitted."""

@@ -199,10 +199,6 @@ def fail(ctx: ContextState, node: CallNode, exc: BaseException | None) -> None:
     record_retry(ctx, exc)
 
 
-def release(ctx: ContextState, node: CallNode, status: str) -> None:
-    close(ctx, node, status, 0.0, refund_step=True)
-
-
 def interrupt(ctx: ContextState, node: CallNode, exc: BaseException | None = None) -> None:
     # Cancelled mid-call (asyncio.CancelledError, KeyboardInterrupt): the call may have cost
     # money, so the reservation is kept as spent rather than given back.
@@ -263,7 +259,7 @@ async def afail(ctx: ContextState, node: CallNode, exc: BaseException | None) ->
 
 
 async def arelease(ctx: ContextState, node: CallNode, status: str) -> None:
-    await settled(ctx, node, lambda: release(ctx, node, status))
+    await settled(ctx, node, lambda: close(ctx, node, status, 0.0, refund_step=True))
 
 
 async def ainterrupt(ctx: ContextState, node: CallNode, exc: BaseException) -> None:

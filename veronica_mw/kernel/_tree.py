@@ -40,10 +40,6 @@ def bind(ctx: ContextState, parent: ContextState) -> None:
     parent._add_child(ctx)
 
 
-def is_ancestor(candidate: ContextState, ctx: ContextState) -> bool:
-    return any(level is candidate for level in ctx._above)
-
-
 def _line(snapshot: ExecutionSnapshot) -> str:
     config = snapshot.config
     name = snapshot.name or f"context {snapshot.chain_id}"

@@ -18,7 +18,7 @@ from . import observer as _obs
 from ._api import CallAPI
 from ._control import OutputVerifier
 from ._options import configure
-from ._tree import bind, format_tree, is_ancestor
+from ._tree import bind, format_tree
 from .cancellation import CancellationToken
 from .circuit_breaker import CircuitBreaker
 from .config import ExecutionConfig
@@ -189,7 +189,7 @@ class ExecutionContext(CallAPI):
     def _adopt(self) -> None:
         """Entered with no parent: nest in the current context, if this one has made no call yet."""
         enclosing = enclosing_context()
-        if enclosing is None or enclosing is self or is_ancestor(self, enclosing):
+        if enclosing is None or enclosing is self or self in enclosing._above:
             return
         with _adopt_lock:
             if self._bound:

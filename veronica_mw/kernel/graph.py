@@ -91,27 +91,22 @@ class ExecutionGraph:
             self._t1[i] = 0.0
             recs[i] = rec
 
-    def _repeat(self, kind: str, name: str) -> int:
-        if kind == self._last_kind and name == self._last_name:
-            self._repeats += 1
-        else:
-            self._last_kind, self._last_name, self._repeats = kind, name, 1
-        return self._repeats
-
     def add(self, kind: str, name: str, parent_id: int | None) -> tuple[CallNode, int]:
         """Append a running node; return it with how many times in a row its signature repeated."""
         self._next_id += 1
         node = CallNode(self._next_id, kind, name, parent_id)
         self._place(node.node_id, 0, node.started, node)
         self.total_nodes += 1
-        return node, self._repeat(kind, name)
+        if kind == self._last_kind and name == self._last_name:
+            self._repeats += 1
+        else:
+            self._last_kind, self._last_name, self._repeats = kind, name, 1
+        return node, self._repeats
 
     def open(
         self, kind: str, name: str, parent_id: int | None, step: int, options: WrapOptions
     ) -> tuple[int, int]:
-        """Append a running call without a node object (the kernel's plain path): its id and how
-        many times in a row its signature repeated (:meth:`_place` and :meth:`_repeat`, written
-        out: every call of a plain context comes here)."""
+        """:meth:`add` without a node object (the plain path, :meth:`_place` written out): the id."""
         node_id = self._next_id = self._next_id + 1
         hint = options.cost_estimate_hint
         rec = (kind, name, parent_id, 0.0, 0, 0, "running", options.model, hint, options, None)
