@@ -56,9 +56,8 @@ def _clear(
 def admit(
     ctx: ContextState, kind: str, options: WrapOptions, key: Any, parent_id: int | None, record: bool
 ) -> tuple[CallNode | int | None, bool]:
-    """Every check and the reservation: (the node -- or, with ``record``, the record's id --,
-    whether it is new). ``(None, False)`` is a refusal (the context halted); an open node of the
-    same ``key`` is returned as it is."""
+    """Every check and the reservation: (the node, or with ``record`` its id; whether new). ``(None,
+    False)`` is a refusal (the context halted); an open node of the same ``key`` is returned as is."""
     if kind != "llm" and kind != "tool":
         raise ValueError(f"kind must be 'llm' or 'tool', got {kind!r}")
     own = ctx._ledger

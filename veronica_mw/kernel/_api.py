@@ -80,8 +80,7 @@ class CallAPI(ContextState):
         editable: bool | Callable[[Any], Any] = False,
     ) -> CallNode:
         """:meth:`begin_call` for async code: an approval and an async parent budget's ``areserve``
-        are awaited, never waited for in a thread or blocking the loop; settle the node with
-        ``acommit``/``afail``/``arelease``."""
+        are awaited (never blocking the loop); settle with ``acommit``/``afail``/``arelease``."""
         node = await _admission.abegin(self, kind, options or DEFAULT_OPTIONS, key, parent_id, False)
         if node is None:
             raise self.halted_error()

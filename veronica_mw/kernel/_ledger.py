@@ -66,9 +66,8 @@ class Ledger:
     # -- the rule (held under the lock) --------------------------------------------------------------
 
     def refusal(self, kind: str, hint: float, cost_only: bool = False) -> tuple[HaltReason | None, str, bool]:
-        """Why this level refused (held under the lock): (reason -- None if halted already --,
-        detail, whether the limit is reached: a step limit, or cost spent, not merely one hint
-        that did not fit). ``cost_only``: a grown reservation, which takes no step."""
+        """Why this level refused, under the lock: (reason, None if halted already; detail; whether the
+        limit is reached, not merely one hint too big). ``cost_only``: a grown reservation, no step."""
         if self.reason is not None:
             return None, "", True
         config = self.config
@@ -99,22 +98,17 @@ class Ledger:
 
     # -- soft limits ---------------------------------------------------------------------------------
 
-    def usage(self, dimension: str) -> tuple[float, float]:
-        """(used, limit) of ``cost``, ``steps`` or ``retries``."""
-        config = self.config
-        if dimension == "cost":
-            return self.committed, config.max_cost_usd
-        if dimension == "steps":
-            return self.steps, config.max_steps
-        return self.retries, config.max_retries_total
-
     def soft_limit(self, dimension: str) -> tuple[list[float], float, float]:
         """The fractions of ``dimension`` newly passed (each once per ledger), the usage and the
         limit; moves the gate to the next threshold."""
         config = self.config
         passed: list[float] = []
         with self.lock:
-            used, limit = self.usage(dimension)
+            used, limit = (
+                (self.committed, config.max_cost_usd) if dimension == "cost"
+                else (self.steps, config.max_steps) if dimension == "steps"
+                else (self.retries, config.max_retries_total)
+            )  # fmt: skip
             warned = self.warned
             if warned is None:
                 warned = self.warned = []

@@ -104,9 +104,8 @@ def _grow(
 
 
 def refuse(ctx: ContextState, i: int, refusal: tuple[HaltReason | None, str, bool]) -> None:
-    """Halt ``ctx`` because level ``i`` of its lineage refused a call (``Ledger.refusal``). The
-    refusing ancestor halts too only when its own limit is reached (a step limit, or cost spent),
-    not because one large reservation did not fit."""
+    """Halt ``ctx`` because level ``i`` of its lineage refused a call. That ancestor halts too only
+    when its own limit is reached (steps, or cost spent), not because one large hint did not fit."""
     level = _level(ctx, i)
     reason, detail, reached = refusal
     if reason is None:  # halted while we waited for its lock

@@ -126,11 +126,8 @@ class CallNode:
         return await ctx._acommit(self, result, cost_usd, usage, model)
 
     def downgraded(self, requested: str | None = None) -> None:
-        """Tell the kernel this call was sent with :attr:`fallback_model` instead of ``requested``.
-
-        Adapters that control the request call it after swapping the model; a call settled with a
-        fallback nobody applied records one ``downgrade_unsupported`` event instead.
-        """
+        """Tell the kernel this call was sent with :attr:`fallback_model` instead of ``requested`` (a
+        call settled with a fallback nobody applied records one ``downgrade_unsupported`` event)."""
         ctx = self._ctx
         if ctx is not None and self.fallback_model is not None and not self._downgraded:
             ctx._downgraded(self, requested)
@@ -167,12 +164,8 @@ class CallNode:
     def record_io(
         self, *, request: Mapping[str, Any] | None = None, response_text: str | None = None
     ) -> None:
-        """Attach what was sent (``messages``, ``model``, ``parameters``) and the response text.
-
-        Kept only when an observer asked for bodies (the audit log's ``record_bodies=True``);
-        otherwise a no-op. The request is copied now, JSON-ready, with API keys and auth headers
-        removed at every level. A later call replaces what an earlier one gave.
-        """
+        """Attach what was sent (``messages``, ``model``, ``parameters``) and the response text, when
+        an observer asked for bodies (else a no-op): a JSON-ready copy taken now, without credentials."""
         io = self.io
         if io is None:
             return
@@ -182,10 +175,8 @@ class CallNode:
             io["response_text"] = response_text if isinstance(response_text, str) else str(response_text)
 
     def add_reservation(self, usd: float) -> None:
-        """Reserve ``usd`` more for this running call before it is sent (a layer underneath the
-        one that began it learned its worst case); raise ExecutionHalted when that would cross
-        ``max_cost_usd`` or the context has halted meanwhile. ``0`` is always granted. The node
-        stays running either way."""
+        """Reserve ``usd`` more for this running call before it is sent (a layer below learned its worst
+        case); raise ExecutionHalted when a limit would be crossed or the context halted meanwhile."""
         ctx = self._ctx
         if ctx is not None:
             ctx._add_reservation(self, usd)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from . import observer as _obs
@@ -71,9 +72,8 @@ def close(
 def close_record(
     ctx: ContextState, node_id: int, kind: str, options: WrapOptions, parent: int | None, result: Any
 ) -> Decision:
-    """:func:`close` for a call of a plain context kept as a record (no ancestors, budget parents
-    or observers to tell); a node's own settle when the result has usage to price or a layer
-    below made the call's node meanwhile."""
+    """:func:`close` for a plain context's record; the node's settle when the result has usage to
+    price or a layer below made the call's node meanwhile."""
     cost = options.cost_estimate_hint
     if options.cost_fn is not None or type(result) not in _NO_USAGE:
         found = record_cost(ctx, options, result)
@@ -192,10 +192,8 @@ def fail(ctx: ContextState, node: CallNode, exc: BaseException | None) -> None:
     if node._probe:
         ctx._breaker.record_failure()  # type: ignore[union-attr]
     if exc is not None:
-        try:
+        with suppress(AttributeError, TypeError):  # an exception type without a __dict__
             exc.__veronica_recorded__ = recorded_ids(ctx)  # type: ignore[attr-defined]
-        except (AttributeError, TypeError):
-            pass
     record_retry(ctx, exc)
 
 

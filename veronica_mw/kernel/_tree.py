@@ -6,6 +6,8 @@ observers and ``on_warn``."""
 
 from __future__ import annotations
 
+from collections import deque
+
 from ._lineage import is_async
 from ._state import ContextState
 from .parent import BudgetParent
@@ -37,7 +39,10 @@ def bind(ctx: ContextState, parent: ContextState) -> None:
         ctx._observers = (*parent._observers, *(o for o in own if o not in parent._observers))
     if ctx._on_warn is None:
         ctx._on_warn = parent._on_warn
-    parent._add_child(ctx)
+    with parent._ledger.lock:
+        if parent._children is None:
+            parent._children = deque(maxlen=256)  # the most recent, for snapshots and the tree
+        parent._children.append(ctx)
 
 
 def _line(snapshot: ExecutionSnapshot) -> str:

@@ -38,11 +38,9 @@ _Record = tuple[Any, ...]
 class ExecutionGraph:
     """The most recent ``capacity`` calls of a context, and per-(kind, status) totals of all.
 
-    Calls are stored in a ring of compact records (a tuple of references plus node id, step and
-    start/end times in ``array`` columns), about 150 bytes a call instead of a node object's ~350:
-    the object of a running call, or of a settled one that carries bodies, a fallback model or
-    edited arguments, is kept as it is. :meth:`nodes` rebuilds node objects from the records.
-    """
+    A record (a tuple, plus id, step and times in ``array`` columns) is ~150 bytes a call against a
+    node object's ~350; running nodes, and settled ones with bodies, a fallback model or edited
+    arguments, stay objects. :meth:`nodes` rebuilds node objects from the records."""
 
     __slots__ = (
         "capacity", "_ids", "_steps", "_t0", "_t1", "_recs", "_aggregates", "_ok", "_live", "_owner",
@@ -149,9 +147,8 @@ class ExecutionGraph:
     def promote(
         self, node_id: int, kind: str, name: str, parent_id: int | None, step: int, options: WrapOptions
     ) -> CallNode:
-        """The node object of a running call begun with :meth:`open` (it failed, or needs the full
-        settlement); from now on the ring holds the object. A call whose record has already left
-        the ring (more than ``capacity`` calls since it began) gets a fresh node outside it."""
+        """The node object of a running call begun with :meth:`open`, held by the ring from now on (a
+        fresh one when its record has already left the ring)."""
         node = self._live.pop(node_id, None) if self._live else None
         if node is not None:  # a layer below asked for it already (get): that is the node
             return node
@@ -164,12 +161,8 @@ class ExecutionGraph:
         return node
 
     def get(self, node_id: int) -> CallNode | None:
-        """The node with ``node_id`` while it is among the kept ones (None once it dropped out).
-
-        A running call of the inline path gets its node object now (so a layer below -- a
-        provider SDK's instrumentation -- can adopt it as its own step): it is settled through
-        that node from then on. A settled record is rebuilt (read it; do not keep it).
-        """
+        """The node with ``node_id`` while it is kept (else None). A running record becomes its node
+        now, so a layer below can adopt it as its step; a settled record is rebuilt (do not keep it)."""
         node = self._live.get(node_id)
         if node is not None:
             return node
