@@ -125,7 +125,7 @@ class CallAPI(ContextState):
     ) -> Any:
         return await _calls.arun(self, "tool", fn, args, kwargs, options or DEFAULT_OPTIONS, False)
 
-    # -- what a node asks of its context (graph.Owner) -------------------------------------------
+    # -- what a node asks of its context (CallNode.commit, fail, ...) -----------------------------
 
     def _commit(
         self, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None

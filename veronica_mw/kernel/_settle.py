@@ -226,8 +226,7 @@ def defer(ctx: ContextState, node: CallNode) -> bool:
 
 
 async def pay(ctx: ContextState, node: CallNode) -> None:
-    """After the step :func:`defer` preceded: await the budget parents' settle if it settled the
-    node (whichever hook did), exactly once."""
+    """After a :func:`defer` step: await the budget parents' settle, once, if the node is settled."""
     with ctx._ledger.lock:
         settled = node.status != "running"
         if node._held == DEFERRED:

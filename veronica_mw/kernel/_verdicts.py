@@ -160,8 +160,7 @@ async def aapprove(ctx: ContextState, node: CallNode, arguments: Any, editable: 
 
 
 async def agate(ctx: ContextState, node: CallNode, arguments: Any, editable: Editable) -> None:
-    """:func:`aapprove` for a node begun by the coroutine API: a rejection closes the node, and the
-    budget parents' settle that leaves is awaited."""
+    """:func:`aapprove`, awaiting the budget parents' settle of a rejection (the node closes)."""
     owed = _settle.defer(ctx, node)
     try:
         await aapprove(ctx, node, arguments, editable)

@@ -201,15 +201,13 @@ class ExecutionContext(CallAPI):
             bind(self, enclosing)
 
     def arm(self, started: float | None = None) -> ExecutionContext:
-        """Start the clock (once): the deadline counts from ``started`` (a ``time.monotonic()``
-        value, default now). ``with`` does this on entry; middlewares that build a context lazily
-        pass the request's start time."""
+        """Start the clock (once) at ``started`` (a ``time.monotonic()`` value, default now); ``with``
+        does it on entry, middlewares that build a context lazily pass the request's start."""
         _lifecycle.arm(self, started)
         return self
 
     def disarm(self) -> None:
-        """Remove the pending deadline from the timeout pool (the context left its scope). New
-        calls still halt once the deadline has passed; only the pool entry goes."""
+        """Remove the pending deadline from the timeout pool; new calls still halt once it passed."""
         _lifecycle.disarm(self)
 
     @property

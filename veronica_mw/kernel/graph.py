@@ -188,7 +188,9 @@ class ExecutionGraph:
     def finish(self, node: CallNode, status: str) -> None:
         node.status = status
         node.ended = time.monotonic()
-        agg = self._aggregate(node.kind, status)
+        agg = self._aggregates.get((node.kind, status))
+        if agg is None:
+            agg = self._aggregate(node.kind, status)
         agg.count += 1
         agg.cost_usd += node.cost_usd
         agg.tokens_in += node.tokens_in

@@ -84,7 +84,10 @@ def global_observers() -> tuple[Observer, ...]:
 
 def wants_bodies(observers: tuple[Observer, ...]) -> bool:
     """Whether any of ``observers`` or the global observers keeps call bodies."""
-    return any(observer.record_bodies for observer in (_global + observers if observers else _global))
+    for observer in _global + observers if observers else _global:
+        if observer.record_bodies:
+            return True
+    return False
 
 
 def notify(observers: tuple[Observer, ...], method: str, *args: Any) -> None:
