@@ -108,7 +108,7 @@ class CallNode:
         ctx = self._ctx
         if ctx is None:
             return Decision.ALLOW
-        return ctx._commit(self, result, cost_usd, usage, model)
+        return ctx._commit(self, result, cost_usd, usage, model)  # type: ignore[no-any-return]
 
     async def acommit(
         self,
@@ -123,7 +123,7 @@ class CallNode:
         ctx = self._ctx
         if ctx is None:
             return Decision.ALLOW
-        return await ctx._acommit(self, result, cost_usd, usage, model)
+        return await ctx._acommit(self, result, cost_usd, usage, model)  # type: ignore[no-any-return]
 
     def downgraded(self, requested: str | None = None) -> None:
         """Tell the kernel this call was sent with :attr:`fallback_model` instead of ``requested`` (a

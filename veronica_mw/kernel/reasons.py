@@ -9,7 +9,7 @@ class StrEnum(str, Enum):
     """An enum whose members are, and print as, their plain-string codes."""
 
     def __str__(self) -> str:
-        return self.value
+        return str.__str__(self)  # the code, not "Decision.ALLOW"
 
 
 class Decision(StrEnum):
