@@ -1,11 +1,8 @@
 """Admission: the one way a call enters a context -- root or nested, sync or async, node or record.
 
-:func:`admit` asks every level of the lineage (root first: the top-most halt is the one named)
-for its deadline, halt and policies, then -- under the lineage's locks, taken root first so they
-cannot deadlock -- the rule of :mod:`._ledger`, and reserves one step and the cost hint in
-every level or in none. :func:`begin` adds the budget parents (:func:`hold`; awaited by
-:func:`abegin`, the only difference between the two) and tells the observers.
-"""
+The locks of the lineage are taken root first, so two threads can never deadlock; a call reserves
+in every level or in none. :func:`abegin` differs from :func:`begin` only in awaiting the budget
+parents (:func:`ahold`)."""
 
 from __future__ import annotations
 
@@ -59,9 +56,8 @@ def _clear(
 def admit(
     ctx: ContextState, kind: str, options: WrapOptions, key: Any, parent_id: int | None, record: bool
 ) -> tuple[CallNode | int | None, bool]:
-    """Every check and the reservation: (the node -- or, with ``record``, the record's id --,
-    whether it is new). ``(None, False)`` is a refusal (the context halted); an open node of the
-    same ``key`` is returned as it is."""
+    """Every check and the reservation: (the node, or with ``record`` its id; whether new). ``(None,
+    False)`` is a refusal (the context halted); an open node of the same ``key`` is returned as is."""
     if kind != "llm" and kind != "tool":
         raise ValueError(f"kind must be 'llm' or 'tool', got {kind!r}")
     own = ctx._ledger

@@ -1,8 +1,6 @@
-"""CallAPI: what code calls on a context -- ``begin_call`` (two-phase), ``wrap_*``/``call_*`` (one
-call) and their coroutine versions, ``check``, ``cancel``, ``record_retry`` -- and what a node asks
-of it (:class:`~._node.Owner`). Each is a thin shell around the one admission (:mod:`._admission`),
-the one settlement (:mod:`._settle`) and the verdicts (:mod:`._verdicts`) on the context's state.
-"""
+"""CallAPI: what code calls on a context (``begin_call``, ``wrap_*``/``call_*``, their coroutine
+versions, ``check``, ``cancel``, ``record_retry``) and what a node asks of it: thin shells around
+admission, settlement and the verdicts."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ import logging
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from . import _admission, _calls, _lifecycle, _lineage, _settle, _verdicts
+from . import _admission, _calls, _lineage, _settle, _verdicts
 from ._node import CallNode
 from ._state import ContextState
 from .config import DEFAULT_OPTIONS, WrapOptions
@@ -28,13 +26,7 @@ class CallAPI(ContextState):
 
     def check(self) -> None:
         """Raise :class:`ExecutionHalted` if this context (or an ancestor) has halted (takes no step)."""
-        now = _lifecycle._monotonic()
-        for level in (*reversed(self._above), self):  # a passed deadline (a timer may not be armed)
-            if level._ledger.reason is None and level._deadline and now >= level._deadline:
-                level._on_deadline()
-        if self._up is not None:
-            self._halted_above()
-        if self._ledger.reason is not None:
+        if self._halted_now():
             raise self.halted_error()
 
     def cancel(self, detail: str = "") -> None:
@@ -88,8 +80,7 @@ class CallAPI(ContextState):
         editable: bool | Callable[[Any], Any] = False,
     ) -> CallNode:
         """:meth:`begin_call` for async code: an approval and an async parent budget's ``areserve``
-        are awaited, never waited for in a thread or blocking the loop; settle the node with
-        ``acommit``/``afail``/``arelease``."""
+        are awaited (never blocking the loop); settle with ``acommit``/``afail``/``arelease``."""
         node = await _admission.abegin(self, kind, options or DEFAULT_OPTIONS, key, parent_id, False)
         if node is None:
             raise self.halted_error()
@@ -134,7 +125,7 @@ class CallAPI(ContextState):
     ) -> Any:
         return await _calls.arun(self, "tool", fn, args, kwargs, options or DEFAULT_OPTIONS, False)
 
-    # -- what a node asks of its context (graph.Owner) -------------------------------------------
+    # -- what a node asks of its context (CallNode.commit, fail, ...) -----------------------------
 
     def _commit(
         self, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
@@ -153,7 +144,7 @@ class CallAPI(ContextState):
         await _settle.afail(self, node, exc)
 
     def _release(self, node: CallNode, status: str) -> None:
-        _settle.release(self, node, status)
+        _settle.close(self, node, status, 0.0, refund_step=True)
 
     async def _arelease(self, node: CallNode, status: str) -> None:
         await _settle.arelease(self, node, status)

@@ -1,11 +1,8 @@
 """The one-call forms (``wrap_*``: a Decision; ``call_*``: the result, or ExecutionHalted; and their
 coroutine versions): admission, the call, one settle (:func:`run`, :func:`arun`).
 
-A *plain* context (no policies, breaker, budget parent, checks, observers or ancestors) keeps
-these calls as compact records, not node objects -- a branch of the one admission
-(``record=True``) and settlement (:func:`~._settle.close_record`); a failure, a divergence or a
-result with usage to price makes the node (``promote``) and settles it as any other.
-"""
+A *plain* context keeps these calls as compact records, not node objects (``admit(record=True)``,
+``close_record``): a failure, a divergence or usage to price makes the node (``promote``)."""
 
 from __future__ import annotations
 
@@ -51,13 +48,11 @@ def run(
             token = current_node.set(node)
             try:
                 result = fn(*args, **kwargs) if args or kwargs else fn()
-            except Exception as exc:
-                _settle.fail(ctx, promote(ctx, node, kind, options, parent), exc)
+            except BaseException as exc:  # an error draws a retry; an interruption keeps the hint
+                settle = _settle.fail if isinstance(exc, Exception) else _settle.interrupt
+                settle(ctx, promote(ctx, node, kind, options, parent), exc)
                 if decision and isinstance(exc, ExecutionHalted):
                     return Decision.HALT
-                raise
-            except BaseException as exc:
-                _settle.interrupt(ctx, promote(ctx, node, kind, options, parent), exc)
                 raise
             finally:
                 current_node.reset(token)
@@ -94,11 +89,8 @@ def _run(ctx: ContextState, node: CallNode, fn: Callable[..., Any], args: Any, k
     token = current_node.set(node.node_id)
     try:
         return fn(*args, **kwargs)
-    except Exception as exc:
-        _settle.fail(ctx, node, exc)
-        raise
     except BaseException as exc:
-        _settle.interrupt(ctx, node, exc)
+        (_settle.fail if isinstance(exc, Exception) else _settle.interrupt)(ctx, node, exc)
         raise
     finally:
         current_node.reset(token)
@@ -123,13 +115,11 @@ async def arun(
                 result = fn(*args, **kwargs)
                 if inspect.isawaitable(result):
                     result = await result
-            except Exception as exc:
-                _settle.fail(ctx, promote(ctx, node, kind, options, parent), exc)
+            except BaseException as exc:  # an error draws a retry; an interruption keeps the hint
+                settle = _settle.fail if isinstance(exc, Exception) else _settle.interrupt
+                settle(ctx, promote(ctx, node, kind, options, parent), exc)
                 if decision and isinstance(exc, ExecutionHalted):
                     return Decision.HALT
-                raise
-            except BaseException as exc:
-                _settle.interrupt(ctx, promote(ctx, node, kind, options, parent), exc)
                 raise
             finally:
                 current_node.reset(token)
@@ -167,11 +157,8 @@ async def _arun(ctx: ContextState, node: CallNode, fn: Callable[..., Any], args:
         if inspect.isawaitable(result):
             result = await result
         return result
-    except Exception as exc:
-        await _settle.afail(ctx, node, exc)
-        raise
     except BaseException as exc:
-        await _settle.ainterrupt(ctx, node, exc)
+        await (_settle.afail if isinstance(exc, Exception) else _settle.ainterrupt)(ctx, node, exc)
         raise
     finally:
         current_node.reset(token)

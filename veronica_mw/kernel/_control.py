@@ -1,17 +1,10 @@
 """The kernel's side of verification and control: what ``veronica_mw.control`` plugs into.
 
-The kernel knows no check and no approver; it knows two moments of a call's life and asks there:
-
-- settling a model call (``_commit``): an :class:`OutputVerifier` looks at the result and either
-  passes it or returns a :class:`Rejection` -- the kernel then commits the cost (the call ran),
-  marks the node ``rejected`` and raises ``OutputRejected`` (one retry drawn) or halts with
-  ``verification_failed``;
-- admitting a tool call (``begin_call``): every :class:`ApprovalGate` of the context's pipeline
-  that ``gates`` the tool gives a :class:`GateVerdict` before the tool runs.
-
-``ExecutionContext(checks=[...])`` turns the user's checks into a verifier with the builder that
-``veronica_mw.control`` installs on import (``veronica_mw`` imports it, so it is always there).
-"""
+The kernel knows no check and no approver, only two moments of a call: settling a model call, where
+an :class:`OutputVerifier` passes the result or returns a :class:`Rejection` (the cost is committed
+all the same: the call ran), and admitting a tool call, where each matching :class:`ApprovalGate`
+gives a :class:`GateVerdict` before the tool runs. ``checks=[...]`` becomes a verifier with the
+builder ``veronica_mw.control`` installs on import (``veronica_mw`` imports it)."""
 
 from __future__ import annotations
 

@@ -1,42 +1,23 @@
 """Request/response capture for observers that asked for call bodies (the audit log's ``record_bodies``).
 
-Adapters attach what they sent and got to the call's node with :meth:`CallNode.record_io`; the kernel
-does it itself for ``ctx.call_llm`` / ``acall_llm``. What is kept is a JSON-ready *copy* taken at that
-moment (agents append to their ``messages`` list right after the call), with credentials removed at
-every level: API keys, auth headers and header dicts never reach an observer.
-"""
+What is kept (:meth:`CallNode.record_io`, or the kernel's own ``call_llm``) is a JSON-ready *copy*
+taken at that moment (agents append to their ``messages`` right after the call), with credentials
+removed at every level: API keys, auth headers and header dicts never reach an observer."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from .pricing import _get
+
 # Keys dropped wherever they appear (compared lower-case, "-" read as "_"). Header dicts go whole:
 # besides Authorization they carry tokens under vendor-specific names.
-SECRET_KEYS = frozenset(
-    {
-        "api_key",
-        "apikey",
-        "x_api_key",
-        "api_token",
-        "access_token",
-        "refresh_token",
-        "authorization",
-        "proxy_authorization",
-        "auth",
-        "bearer",
-        "password",
-        "secret",
-        "client_secret",
-        "cookie",
-        "set_cookie",
-        "headers",
-        "extra_headers",
-        "default_headers",
-        "http_client",
-        "client",
-    }
-)
+SECRET_KEYS = frozenset({
+    "api_key", "apikey", "x_api_key", "api_token", "access_token", "refresh_token", "authorization",
+    "proxy_authorization", "auth", "bearer", "password", "secret", "client_secret", "cookie", "set_cookie",
+    "headers", "extra_headers", "default_headers", "http_client", "client",
+})  # fmt: skip
 _MAX_DEPTH = 32  # a self-referencing structure ends here instead of recursing forever
 _INF = float("inf")
 
@@ -87,11 +68,8 @@ def jsonable(value: Any, depth: int = 0) -> Any:
 
 
 def call_request(args: tuple[Any, ...], kwargs: Mapping[str, Any], model: str | None) -> dict[str, Any]:
-    """The request of ``ctx.call_llm(fn, *args, **kwargs)``: messages, model and the other keywords.
-
-    A first positional list of role/content dicts is taken as the messages, a first positional
-    string as a plain prompt; anything else positional is kept under ``args``.
-    """
+    """The request of ``ctx.call_llm(fn, *args, **kwargs)``: messages (or a first positional list of
+    role/content dicts; a first positional str is a prompt), model, other keywords, other args."""
     params = {k: v for k, v in kwargs.items() if k not in ("messages", "model")}
     messages = kwargs.get("messages")
     rest = list(args)
@@ -112,12 +90,6 @@ def call_request(args: tuple[Any, ...], kwargs: Mapping[str, Any], model: str | 
     if rest:
         request["args"] = jsonable(rest)
     return request
-
-
-def _get(obj: Any, name: str) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
 
 
 def _text_of_blocks(blocks: Any) -> str | None:

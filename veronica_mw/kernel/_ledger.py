@@ -1,10 +1,8 @@
 """Ledger: one context's counters, limits and halt under its own lock, and the rule every call obeys.
 
-A call counts in every ledger of its context's lineage (its own, then each enclosing context's; a
-root's is its own alone): see :mod:`._admission` and :mod:`._settle`. Soft limits cost the common
-case nothing: admission and settlement compare against a *gate*, the lower of the hard limit and
-the next ``warn_at`` threshold; past a gate :meth:`Ledger.soft_limit` moves it.
-"""
+Soft limits cost the common case nothing: admission and settlement compare against a *gate*, the
+lower of the hard limit and the next ``warn_at`` threshold; past a gate :meth:`Ledger.soft_limit`
+moves it."""
 
 from __future__ import annotations
 
@@ -68,26 +66,22 @@ class Ledger:
     # -- the rule (held under the lock) --------------------------------------------------------------
 
     def refusal(self, kind: str, hint: float, cost_only: bool = False) -> tuple[HaltReason | None, str, bool]:
-        """Why this level refused (held under the lock): (reason -- None if halted already --,
-        detail, whether the limit is reached: a step limit, or cost spent, not merely one hint
-        that did not fit). ``cost_only``: a grown reservation, which takes no step."""
+        """Why this level refused, under the lock: (reason, None if halted already; detail; whether the
+        limit is reached, not merely one hint too big). ``cost_only``: a grown reservation, no step."""
         if self.reason is not None:
             return None, "", True
-        if not cost_only and self.steps >= self.config.max_steps:
-            return HaltReason.STEP_LIMIT, self.limit_detail(HaltReason.STEP_LIMIT, hint), True
-        spent = self.committed + EPSILON >= self.config.max_cost_usd
-        return HaltReason.BUDGET_EXCEEDED, self.limit_detail(HaltReason.BUDGET_EXCEEDED, hint), spent
+        config = self.config
+        if not cost_only and self.steps >= config.max_steps:
+            return HaltReason.STEP_LIMIT, f"max_steps={config.max_steps} reached", True
+        used, limit = self.committed, config.max_cost_usd
+        detail = f"cost {used:.6f} + reserved {self.reserved:.6f} + {hint:g} > {limit:g}"
+        return HaltReason.BUDGET_EXCEEDED, detail, used + EPSILON >= limit
 
     def fits(self, usd: float) -> bool:
         """Whether ``usd`` more can be reserved for a call already admitted."""
         return (
             self.reason is None and self.committed + self.reserved + usd <= self.config.max_cost_usd + EPSILON
         )
-
-    def take(self, hint: float) -> None:
-        self.steps += 1
-        self.reserved += hint
-        self.in_flight += 1
 
     def settle(self, reserved: float, cost: float, refund_step: bool) -> bool:
         """Give back ``reserved``, commit ``cost`` (and the step, for a call that never ran);
@@ -102,24 +96,7 @@ class Ledger:
     def over_ceiling(self) -> bool:
         return self.committed > self.config.max_cost_usd + EPSILON
 
-    def limit_detail(self, reason: HaltReason, hint: float) -> str:
-        config = self.config
-        if reason is HaltReason.STEP_LIMIT:
-            return f"max_steps={config.max_steps} reached"
-        return (
-            f"cost {self.committed:.6f} + reserved {self.reserved:.6f} + {hint:g} > {config.max_cost_usd:g}"
-        )
-
     # -- soft limits ---------------------------------------------------------------------------------
-
-    def usage(self, dimension: str) -> tuple[float, float]:
-        """(used, limit) of ``cost``, ``steps`` or ``retries``."""
-        config = self.config
-        if dimension == "cost":
-            return self.committed, config.max_cost_usd
-        if dimension == "steps":
-            return self.steps, config.max_steps
-        return self.retries, config.max_retries_total
 
     def soft_limit(self, dimension: str) -> tuple[list[float], float, float]:
         """The fractions of ``dimension`` newly passed (each once per ledger), the usage and the
@@ -127,7 +104,11 @@ class Ledger:
         config = self.config
         passed: list[float] = []
         with self.lock:
-            used, limit = self.usage(dimension)
+            used, limit = (
+                (self.committed, config.max_cost_usd) if dimension == "cost"
+                else (self.steps, config.max_steps) if dimension == "steps"
+                else (self.retries, config.max_retries_total)
+            )  # fmt: skip
             warned = self.warned
             if warned is None:
                 warned = self.warned = []

@@ -18,9 +18,8 @@ _monotonic = time.monotonic
 
 
 def arm(ctx: ContextState, started: float | None) -> None:
-    """Start the clock (once): the deadline counts from ``started`` (default now). The pool only
-    has to fire it for someone waiting elsewhere (a token holder, an observer): every call and
-    every state read checks it anyway."""
+    """Start the clock (once). The pool fires the deadline only for someone waiting elsewhere (a
+    token holder, an observer): every call and every state read checks it anyway."""
     if ctx._armed:
         return
     if ctx._token is None and not ctx._observers and not _obs._global:

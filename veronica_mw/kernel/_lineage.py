@@ -3,15 +3,11 @@ budget parents' refusals, retries drawn in every level, and reservations grown m
 
 from __future__ import annotations
 
-import time
-
 from ._node import HELD, CallNode
 from ._state import ContextState, label
 from ._validate import check_number
 from .parent import BudgetParent
 from .reasons import HaltReason
-
-_monotonic = time.monotonic
 
 
 def is_async(budget: BudgetParent) -> bool:
@@ -66,11 +62,7 @@ def add_reservation(ctx: ContextState, node: CallNode, usd: float) -> None:
     usd = check_number("usd", usd)
     if usd == 0.0:  # nothing more to reserve: the call was admitted when its step began
         return
-    now = _monotonic()
-    for level in (*reversed(ctx._above), ctx):  # a passed deadline (a timer may not be armed)
-        if level._ledger.reason is None and level._deadline and now >= level._deadline:
-            level._on_deadline()
-    if ctx._ledger.reason is not None or (ctx._up is not None and ctx._halted_above()):
+    if ctx._halted_now():
         raise ctx.halted_error()
     refused = _grow(ctx, node, usd, True)
     if refused is not None:
@@ -112,9 +104,8 @@ def _grow(
 
 
 def refuse(ctx: ContextState, i: int, refusal: tuple[HaltReason | None, str, bool]) -> None:
-    """Halt ``ctx`` because level ``i`` of its lineage refused a call (``Ledger.refusal``). The
-    refusing ancestor halts too only when its own limit is reached (a step limit, or cost spent),
-    not because one large reservation did not fit."""
+    """Halt ``ctx`` because level ``i`` of its lineage refused a call. That ancestor halts too only
+    when its own limit is reached (steps, or cost spent), not because one large hint did not fit."""
     level = _level(ctx, i)
     reason, detail, reached = refusal
     if reason is None:  # halted while we waited for its lock

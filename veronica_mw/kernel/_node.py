@@ -1,15 +1,13 @@
 """CallNode: one model or tool call, the handle of the two-phase API (commit / fail / release).
 
-A node asks its context to settle it through :class:`Owner` (what a node needs of its context),
-so this module sits below the context's own.
-"""
+A node settles through its context's ``_commit``/``_fail``/... (:mod:`._api`): this module sits below it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any
 
 from ._io import jsonable
 from .config import DEFAULT_OPTIONS, WrapOptions
@@ -22,23 +20,6 @@ current_node: ContextVar[int | None] = ContextVar("veronica_mw_node", default=No
 # node._held: no budget parent holds a reservation for it / one does, settled by whoever settles
 # the node / one does, and an async caller awaits its settle after the sync step it runs.
 FREE, HELD, DEFERRED = 0, 1, 2
-
-
-class Owner(Protocol):
-    """What a node asks of the context it runs in (an :class:`~veronica_mw.ExecutionContext`)."""
-
-    def _commit(
-        self, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
-    ) -> Decision: ...
-    async def _acommit(
-        self, node: CallNode, result: Any, cost_usd: float | None, usage: Any, model: str | None
-    ) -> Decision: ...
-    def _fail(self, node: CallNode, exc: BaseException | None) -> None: ...
-    async def _afail(self, node: CallNode, exc: BaseException | None) -> None: ...
-    def _release(self, node: CallNode, status: str) -> None: ...
-    async def _arelease(self, node: CallNode, status: str) -> None: ...
-    def _downgraded(self, node: CallNode, requested: str | None) -> None: ...
-    def _add_reservation(self, node: CallNode, usd: float) -> None: ...
 
 
 class CallNode:
@@ -89,7 +70,7 @@ class CallNode:
         self.reported_usage: tuple[TokenUsage, str | None] | None = None
         # Request/response bodies, a dict only when an observer asked for them (see record_io).
         self.io: dict[str, Any] | None = None
-        self._ctx: Any = None  # the Owner, until settled
+        self._ctx: Any = None  # the context, until settled
         self._options: Any = None
         self._probe = False
         self._held = FREE  # see FREE, HELD, DEFERRED
@@ -124,10 +105,10 @@ class CallNode:
     ) -> Decision:
         """The call succeeded: commit its actual cost (explicit, from ``usage``, from ``result``,
         else the reserved hint). Returns HALT when this cost took the context past a limit."""
-        ctx: Owner | None = self._ctx
+        ctx = self._ctx
         if ctx is None:
             return Decision.ALLOW
-        return ctx._commit(self, result, cost_usd, usage, model)
+        return ctx._commit(self, result, cost_usd, usage, model)  # type: ignore[no-any-return]
 
     async def acommit(
         self,
@@ -139,17 +120,14 @@ class CallNode:
     ) -> Decision:
         """:meth:`commit` for async callers: async output checks and an async parent budget's
         ``asettle`` are awaited (never run on a side loop, never blocking the event loop)."""
-        ctx: Owner | None = self._ctx
+        ctx = self._ctx
         if ctx is None:
             return Decision.ALLOW
-        return await ctx._acommit(self, result, cost_usd, usage, model)
+        return await ctx._acommit(self, result, cost_usd, usage, model)  # type: ignore[no-any-return]
 
     def downgraded(self, requested: str | None = None) -> None:
-        """Tell the kernel this call was sent with :attr:`fallback_model` instead of ``requested``.
-
-        Adapters that control the request call it after swapping the model; a call settled with a
-        fallback nobody applied records one ``downgrade_unsupported`` event instead.
-        """
+        """Tell the kernel this call was sent with :attr:`fallback_model` instead of ``requested`` (a
+        call settled with a fallback nobody applied records one ``downgrade_unsupported`` event)."""
         ctx = self._ctx
         if ctx is not None and self.fallback_model is not None and not self._downgraded:
             ctx._downgraded(self, requested)
@@ -186,12 +164,8 @@ class CallNode:
     def record_io(
         self, *, request: Mapping[str, Any] | None = None, response_text: str | None = None
     ) -> None:
-        """Attach what was sent (``messages``, ``model``, ``parameters``) and the response text.
-
-        Kept only when an observer asked for bodies (the audit log's ``record_bodies=True``);
-        otherwise a no-op. The request is copied now, JSON-ready, with API keys and auth headers
-        removed at every level. A later call replaces what an earlier one gave.
-        """
+        """Attach what was sent (``messages``, ``model``, ``parameters``) and the response text, when
+        an observer asked for bodies (else a no-op): a JSON-ready copy taken now, without credentials."""
         io = self.io
         if io is None:
             return
@@ -201,10 +175,8 @@ class CallNode:
             io["response_text"] = response_text if isinstance(response_text, str) else str(response_text)
 
     def add_reservation(self, usd: float) -> None:
-        """Reserve ``usd`` more for this running call before it is sent (a layer underneath the
-        one that began it learned its worst case); raise ExecutionHalted when that would cross
-        ``max_cost_usd`` or the context has halted meanwhile. ``0`` is always granted. The node
-        stays running either way."""
+        """Reserve ``usd`` more for this running call before it is sent (a layer below learned its worst
+        case); raise ExecutionHalted when a limit would be crossed or the context halted meanwhile."""
         ctx = self._ctx
         if ctx is not None:
             ctx._add_reservation(self, usd)

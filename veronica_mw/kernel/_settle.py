@@ -1,17 +1,15 @@
 """Settlement: the one way a call admitted in a context ends, and what it cost.
 
-:func:`close` settles a node exactly once (later settles are no-ops): under the context's lock it
-gives back the reservation, commits the cost and records the node's status; then each ancestor's
-ledger is settled the same way (one lock at a time), then the budget parents. A plain context's
-call without a node object ends in :func:`close_record`, the same rule on its compact record.
-The coroutine versions run the same sync step and await the budget parents' ``asettle``.
-"""
+:func:`close` settles a node exactly once (later settles are no-ops), in every level of the
+lineage, then in the budget parents; :func:`close_record` is the same rule for a plain context's
+compact record. The coroutine versions await the budget parents' ``asettle``."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from . import observer as _obs
@@ -74,9 +72,8 @@ def close(
 def close_record(
     ctx: ContextState, node_id: int, kind: str, options: WrapOptions, parent: int | None, result: Any
 ) -> Decision:
-    """:func:`close` for a call of a plain context kept as a record (no ancestors, budget parents
-    or observers to tell); a node's own settle when the result has usage to price or a layer
-    below made the call's node meanwhile."""
+    """:func:`close` for a plain context's record; the node's settle when the result has usage to
+    price or a layer below made the call's node meanwhile."""
     cost = options.cost_estimate_hint
     if options.cost_fn is not None or type(result) not in _NO_USAGE:
         found = record_cost(ctx, options, result)
@@ -141,11 +138,7 @@ def actual_cost(
     if cost_usd is not None:
         return check_number("cost_usd", cost_usd)
     if options.cost_fn is not None:
-        try:
-            return check_number("cost_fn(result)", options.cost_fn(None if result is _UNSET else result))
-        except Exception as exc:  # a broken cost_fn must not lose the reservation
-            ctx.add_event("cost_fn_failed", f"{type(exc).__name__}: {exc}; reserved hint kept")
-            return node.reserved_usd
+        return _cost_fn(ctx, options.cost_fn, None if result is _UNSET else result, node.reserved_usd)
     tokens = usage_from_mapping(usage) if usage is not None else None
     model = model or node.model  # the requested model, or the fallback it was sent to
     if tokens is None and result is not _UNSET:
@@ -170,16 +163,19 @@ def actual_cost(
     return node.reserved_usd
 
 
+def _cost_fn(ctx: ContextState, cost_fn: Callable[[Any], float], result: Any, hint: float) -> float:
+    try:
+        return check_number("cost_fn(result)", cost_fn(result))
+    except Exception as exc:  # a broken cost_fn must not lose the reservation
+        ctx.add_event("cost_fn_failed", f"{type(exc).__name__}: {exc}; reserved hint kept")
+        return hint
+
+
 def record_cost(ctx: ContextState, options: WrapOptions, result: Any) -> float | None:
     """:func:`actual_cost` of a call without a node, or None when the result carries usage or a
     model name to price (the node does that)."""
-    cost_fn = options.cost_fn
-    if cost_fn is not None:
-        try:
-            return check_number("cost_fn(result)", cost_fn(result))
-        except Exception as exc:  # a broken cost_fn must not lose the reservation
-            ctx.add_event("cost_fn_failed", f"{type(exc).__name__}: {exc}; reserved hint kept")
-            return options.cost_estimate_hint
+    if options.cost_fn is not None:
+        return _cost_fn(ctx, options.cost_fn, result, options.cost_estimate_hint)
     if type(result) in _NO_USAGE or extract_usage(result) == (None, None):
         return options.cost_estimate_hint
     return None
@@ -196,15 +192,9 @@ def fail(ctx: ContextState, node: CallNode, exc: BaseException | None) -> None:
     if node._probe:
         ctx._breaker.record_failure()  # type: ignore[union-attr]
     if exc is not None:
-        try:
+        with suppress(AttributeError, TypeError):  # an exception type without a __dict__
             exc.__veronica_recorded__ = recorded_ids(ctx)  # type: ignore[attr-defined]
-        except (AttributeError, TypeError):
-            pass
     record_retry(ctx, exc)
-
-
-def release(ctx: ContextState, node: CallNode, status: str) -> None:
-    close(ctx, node, status, 0.0, refund_step=True)
 
 
 def interrupt(ctx: ContextState, node: CallNode, exc: BaseException | None = None) -> None:
@@ -236,8 +226,7 @@ def defer(ctx: ContextState, node: CallNode) -> bool:
 
 
 async def pay(ctx: ContextState, node: CallNode) -> None:
-    """After the step :func:`defer` preceded: await the budget parents' settle if it settled the
-    node (whichever hook did), exactly once."""
+    """After a :func:`defer` step: await the budget parents' settle, once, if the node is settled."""
     with ctx._ledger.lock:
         settled = node.status != "running"
         if node._held == DEFERRED:
@@ -267,7 +256,7 @@ async def afail(ctx: ContextState, node: CallNode, exc: BaseException | None) ->
 
 
 async def arelease(ctx: ContextState, node: CallNode, status: str) -> None:
-    await settled(ctx, node, lambda: release(ctx, node, status))
+    await settled(ctx, node, lambda: close(ctx, node, status, 0.0, refund_step=True))
 
 
 async def ainterrupt(ctx: ContextState, node: CallNode, exc: BaseException) -> None:

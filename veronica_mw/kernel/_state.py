@@ -1,11 +1,7 @@
 """ContextState: everything one ExecutionContext holds, declared once, and how it halts and reads.
 
-The counters and limits live in the context's :class:`~._ledger.Ledger`; this class adds what the
-context knows beyond them (its call graph, lineage, policies, observers, clock) and the reads and
-halts every part of the kernel shares. Admission, settlement, verdicts and the call forms are
-functions of this state (:mod:`._admission`, :mod:`._settle`, :mod:`._lineage`, :mod:`._verdicts`,
-:mod:`._calls`).
-"""
+The counters and limits live in its :class:`~._ledger.Ledger`; the parts that act on a context
+(admission, settlement, verdicts, call forms) are functions of this state."""
 
 from __future__ import annotations
 
@@ -217,8 +213,7 @@ class ContextState:
     def _abort(
         self, reason: HaltReason, detail: str = "", retry_after: float | None = None, http_status: int = 429
     ) -> None:
-        """Halt for ``reason`` unless already halted (the first reason wins). Never call it while
-        holding the ledger's lock: it takes the lock and then runs cancellation callbacks."""
+        """Halt for ``reason`` unless halted already (the first reason wins). Never under the lock."""
         own = self._ledger
         with own.lock:
             if own.reason is not None:
@@ -238,8 +233,7 @@ class ContextState:
         self._abort(HaltReason.TIMEOUT, f"timeout_ms={self.config.timeout_ms:g} elapsed")
 
     def _expired(self) -> bool:
-        """Halt for the deadline if the clock runs (armed), it has passed and nothing fired it yet
-        (what the pool's timer would have done); whether halted."""
+        """Halt for a passed deadline of a running clock (what the pool's timer would do); whether halted."""
         if self._ledger.reason is None and self._armed and self._deadline and _monotonic() >= self._deadline:
             self._on_deadline()
         return self._ledger.reason is not None
@@ -250,6 +244,16 @@ class ContextState:
         if top.reason is None or self._ledger.reason is not None:
             return
         self._abort(HaltReason(top.reason), f"{label(level)}: {top.detail}", top.retry_after, top.http_status)
+
+    def _halted_now(self) -> bool:
+        """Whether halted, once the lineage's passed deadlines fired (a timer may not be armed)."""
+        now = _monotonic()
+        for level in (*reversed(self._above), self):
+            if level._ledger.reason is None and level._deadline and now >= level._deadline:
+                level._on_deadline()
+        if self._up is not None:
+            self._halted_above()
+        return self._ledger.reason is not None
 
     def _halted_ancestor(self) -> ContextState | None:
         """The top-most ancestor that has halted, if any."""
@@ -269,8 +273,7 @@ class ContextState:
     # -- soft limits -----------------------------------------------------------------------------
 
     def _soft_limit(self, dimension: str) -> None:
-        """The usage of ``dimension`` reached its gate: say each fraction passed (once), outside
-        the lock: a ``soft_limit`` event, one WARNING, and ``on_warn``."""
+        """``dimension`` reached its gate: each fraction newly passed is an event, a WARNING, ``on_warn``."""
         ledger = self._ledger
         passed, used, limit = ledger.soft_limit(dimension)
         for fraction in passed:
@@ -294,9 +297,3 @@ class ContextState:
         if self.config.warn_at:
             self._soft_limit("cost")
         return self._ledger.over_ceiling()
-
-    def _add_child(self, child: ContextState) -> None:
-        with self._ledger.lock:
-            if self._children is None:
-                self._children = deque(maxlen=256)  # the most recent, for snapshots and the tree
-            self._children.append(child)

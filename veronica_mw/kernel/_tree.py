@@ -1,13 +1,12 @@
-"""The context tree: how a context nests in another (:func:`bind`), and :func:`format_tree`, which
-renders a snapshot and its children as text (name, steps, cost against its limit, status).
+"""The context tree: how a context nests in another (:func:`bind`) and :func:`format_tree`.
 
-A nested context's every call also counts in each ancestor (its lineage of ledgers, see
-:mod:`._ledger`), so no context nested in another can spend past the enclosing limits; it inherits
-the nearest circuit breaker, timeout pool and output checks, every budget parent above, the
-observers and ``on_warn``; an ancestor's halt halts it at its next call.
-"""
+A nested context's calls also count in each ancestor, so it can never spend past the enclosing
+limits; it inherits the nearest breaker, timeout pool and checks, every budget parent above, the
+observers and ``on_warn``."""
 
 from __future__ import annotations
+
+from collections import deque
 
 from ._lineage import is_async
 from ._state import ContextState
@@ -40,11 +39,10 @@ def bind(ctx: ContextState, parent: ContextState) -> None:
         ctx._observers = (*parent._observers, *(o for o in own if o not in parent._observers))
     if ctx._on_warn is None:
         ctx._on_warn = parent._on_warn
-    parent._add_child(ctx)
-
-
-def is_ancestor(candidate: ContextState, ctx: ContextState) -> bool:
-    return any(level is candidate for level in ctx._above)
+    with parent._ledger.lock:
+        if parent._children is None:
+            parent._children = deque(maxlen=256)  # the most recent, for snapshots and the tree
+        parent._children.append(ctx)
 
 
 def _line(snapshot: ExecutionSnapshot) -> str:

@@ -8,10 +8,8 @@ from typing import Any
 
 
 def check_number(field: str, value: Any) -> float:
-    """Return ``value`` as a float if it is a finite, non-negative real number.
-
-    Bools are rejected on purpose: ``max_cost_usd=True`` is a bug, not "1 dollar".
-    """
+    """Return ``value`` as a float if it is a finite, non-negative real number. Bools are rejected on
+    purpose: ``max_cost_usd=True`` is a bug, not "1 dollar"."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{field} must be a non-negative number, got {type(value).__name__} {value!r}")
     if math.isnan(value) or math.isinf(value):

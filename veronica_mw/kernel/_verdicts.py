@@ -1,10 +1,8 @@
 """Verdicts on calls: output checks when a model call is committed, approvals before a tool call
-runs, and the bookkeeping of a model downgrade.
+runs (the hooks: :mod:`._control`), and the bookkeeping of a model downgrade.
 
-What ``veronica_mw.control`` decided is applied here (see :mod:`._control` for the hooks). Whatever
-a check or an approver says, the ledger stays exact: a rejected model output still commits what
-the call cost, a rejected tool call keeps its step (it is a node of the graph) and costs nothing.
-"""
+Whatever a check or an approver says, the ledger stays exact: a rejected model output still commits
+what the call cost, a rejected tool call keeps its step (a node of the graph) and costs nothing."""
 
 from __future__ import annotations
 
@@ -101,10 +99,8 @@ def reject(ctx: ContextState, node: CallNode, cost: float, rejection: Rejection)
 
 
 def fallback_hint(hint: float, options: WrapOptions, fallback: str) -> float:
-    """``hint`` scaled by the fallback's price relative to the requested model's (same usage).
-
-    Unknown prices keep the hint: the ceiling is enforced on actual costs either way.
-    """
+    """``hint`` scaled by the fallback's price relative to the requested model's (same usage); unknown
+    prices keep it: the ceiling is enforced on actual costs either way."""
     if hint <= 0.0 or not options.model or options.model == fallback:
         return hint
     try:
@@ -118,28 +114,19 @@ def fallback_hint(hint: float, options: WrapOptions, fallback: str) -> float:
 def downgraded(ctx: ContextState, node: CallNode, requested: str | None) -> None:
     node._downgraded = True
     original = requested or node.model
-    node.model = node.fallback_model  # priced, and traced, as the model actually called
+    fallback = node.model = node.fallback_model  # priced, and traced, as the model actually called
     # One event per call (observers rename that call's span after it); the context's own
     # event list keeps only the most recent ones.
-    ctx.add_event(
-        "downgraded",
-        f"{node.name}: {original} -> {node.fallback_model}",
-        from_model=original,
-        to_model=node.fallback_model,
-        node_id=node.node_id,
-    )
+    detail = f"{node.name}: {original} -> {fallback}"
+    ctx.add_event("downgraded", detail, from_model=original, to_model=fallback, node_id=node.node_id)
 
 
 def downgrade_unsupported(ctx: ContextState, node: CallNode) -> None:
     node._downgraded = True  # said once for this call ...
     if any(event.kind == "downgrade_unsupported" for event in ctx.get_events()):
         return  # ... and once for the context
-    ctx.add_event(
-        "downgrade_unsupported",
-        f"{node.name}: the adapter could not switch to {node.fallback_model}; the call ran unchanged",
-        model=node.model,
-        fallback_model=node.fallback_model,
-    )
+    detail = f"{node.name}: the adapter could not switch to {node.fallback_model}; the call ran unchanged"
+    ctx.add_event("downgrade_unsupported", detail, model=node.model, fallback_model=node.fallback_model)
 
 
 # -- approvals -----------------------------------------------------------------------------------
@@ -153,10 +140,7 @@ def _take_gates(ctx: ContextState, node: CallNode) -> tuple[Any, ...]:
 
 def approve(ctx: ContextState, node: CallNode, arguments: Any, editable: Editable) -> None:
     """Ask every gate matching this tool call before it runs (blocking); raise on a rejection.
-
-    ``editable``: whether the caller can run the tool with edited arguments, or a function
-    that raises TypeError/ValueError for edited arguments that do not fit the tool.
-    """
+    ``editable``: whether edited arguments can be used, or a function raising for ones that do not fit."""
     for gate in _take_gates(ctx, node):
         try:
             verdict = gate.decide(ctx, node, arguments)
@@ -176,8 +160,7 @@ async def aapprove(ctx: ContextState, node: CallNode, arguments: Any, editable: 
 
 
 async def agate(ctx: ContextState, node: CallNode, arguments: Any, editable: Editable) -> None:
-    """:func:`aapprove` for a node begun by the coroutine API: a rejection closes the node, and the
-    budget parents' settle that leaves is awaited."""
+    """:func:`aapprove`, awaiting the budget parents' settle of a rejection (the node closes)."""
     owed = _settle.defer(ctx, node)
     try:
         await aapprove(ctx, node, arguments, editable)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from contextlib import suppress
 
 logger = logging.getLogger("veronica_mw")
 
@@ -49,11 +50,8 @@ class CancellationToken:
                 self._callbacks.append(callback)
 
                 def remove() -> None:
-                    with self._lock:
-                        try:
-                            self._callbacks.remove(callback)
-                        except ValueError:
-                            pass
+                    with self._lock, suppress(ValueError):  # removed twice: nothing to do
+                        self._callbacks.remove(callback)
 
                 return remove
         callback()

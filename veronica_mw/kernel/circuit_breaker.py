@@ -5,21 +5,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from enum import Enum
 
 from ._validate import check_int, check_number
 from .policy import PolicyContext, PolicyDecision
+from .reasons import StrEnum
 
 _ALLOW = PolicyDecision(allowed=True, policy_type="circuit_breaker")
 
 
-class CircuitState(str, Enum):
+class CircuitState(StrEnum):
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half_open"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class CircuitBreaker:
@@ -33,15 +30,9 @@ class CircuitBreaker:
     """
 
     __slots__ = (
-        "failure_threshold",
-        "recovery_timeout",
-        "_clock",
-        "_lock",
-        "_state",
-        "_failures",
-        "_opened_at",
+        "failure_threshold", "recovery_timeout", "_clock", "_lock", "_state", "_failures", "_opened_at",
         "_probe_started",
-    )
+    )  # fmt: skip
 
     def __init__(
         self,

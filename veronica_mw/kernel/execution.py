@@ -1,29 +1,24 @@
 """ExecutionContext: the chain-level containment boundary (G1–G3, G5) and its public API.
 
-Every call goes through the one admission (:mod:`._admission`), which checks every limit of the
-context's lineage and reserves one step plus the call's cost hint, then through exactly one
-settle (:mod:`._settle`) of the returned :class:`~veronica_mw.kernel.graph.CallNode`
-(``commit``/``fail``/``release``). Any halt is terminal: the reason is stored once in the
-context's ledger and every later call is refused before it runs. This module also holds the
-ContextVar of the current context (re-exported by :mod:`.context`) and the ``with`` lifecycle.
-"""
+Its state is :class:`~._state.ContextState`, its calls :class:`~._api.CallAPI`; this module adds
+the ``with`` lifecycle, the family (parent, children) and the ContextVar of the current context
+(re-exported by :mod:`.context`)."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from enum import Enum
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from . import _lifecycle
 from . import observer as _obs
 from ._api import CallAPI
 from ._control import OutputVerifier
 from ._options import configure
-from ._tree import bind, format_tree, is_ancestor
+from ._tree import bind, format_tree
 from .cancellation import CancellationToken
 from .circuit_breaker import CircuitBreaker
 from .config import ExecutionConfig
@@ -31,10 +26,6 @@ from .parent import BudgetParent
 from .policy import PolicyPipeline
 from .snapshot import ExecutionEvent
 from .timeout_pool import SharedTimeoutPool
-
-logger = logging.getLogger("veronica_mw")
-T = TypeVar("T")
-_NO_KWARGS: dict[str, Any] = {}  # never mutated: ``fn(**{})``
 
 
 class PendingContext:
@@ -198,7 +189,7 @@ class ExecutionContext(CallAPI):
     def _adopt(self) -> None:
         """Entered with no parent: nest in the current context, if this one has made no call yet."""
         enclosing = enclosing_context()
-        if enclosing is None or enclosing is self or is_ancestor(self, enclosing):
+        if enclosing is None or enclosing is self or self in enclosing._above:
             return
         with _adopt_lock:
             if self._bound:
@@ -210,15 +201,13 @@ class ExecutionContext(CallAPI):
             bind(self, enclosing)
 
     def arm(self, started: float | None = None) -> ExecutionContext:
-        """Start the clock (once): the deadline counts from ``started`` (a ``time.monotonic()``
-        value, default now). ``with`` does this on entry; middlewares that build a context lazily
-        pass the request's start time."""
+        """Start the clock (once) at ``started`` (a ``time.monotonic()`` value, default now); ``with``
+        does it on entry, middlewares that build a context lazily pass the request's start."""
         _lifecycle.arm(self, started)
         return self
 
     def disarm(self) -> None:
-        """Remove the pending deadline from the timeout pool (the context left its scope). New
-        calls still halt once the deadline has passed; only the pool entry goes."""
+        """Remove the pending deadline from the timeout pool; new calls still halt once it passed."""
         _lifecycle.disarm(self)
 
     @property

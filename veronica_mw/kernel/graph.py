@@ -1,9 +1,7 @@
 """ExecutionGraph: a context's calls, in a bounded ring of compact records, and totals of all.
 
-The most recent ``capacity`` calls are kept in a ring buffer of compact records; older ones only
-survive in the per-(kind, status) aggregates, so a context making a million calls holds at most
-``capacity`` records. Mutated only under the owning context's lock.
-"""
+Older calls than the ring's ``capacity`` survive only in per-(kind, status) aggregates, so a
+million calls hold at most ``capacity`` records. Mutated only under the owning context's lock."""
 
 from __future__ import annotations
 
@@ -40,11 +38,9 @@ _Record = tuple[Any, ...]
 class ExecutionGraph:
     """The most recent ``capacity`` calls of a context, and per-(kind, status) totals of all.
 
-    Calls are stored in a ring of compact records (a tuple of references plus node id, step and
-    start/end times in ``array`` columns), about 150 bytes a call instead of a node object's ~350:
-    the object of a running call, or of a settled one that carries bodies, a fallback model or
-    edited arguments, is kept as it is. :meth:`nodes` rebuilds node objects from the records.
-    """
+    A record (a tuple, plus id, step and times in ``array`` columns) is ~150 bytes a call against a
+    node object's ~350; running nodes, and settled ones with bodies, a fallback model or edited
+    arguments, stay objects. :meth:`nodes` rebuilds node objects from the records."""
 
     __slots__ = (
         "capacity", "_ids", "_steps", "_t0", "_t1", "_recs", "_aggregates", "_ok", "_live", "_owner",
@@ -93,27 +89,22 @@ class ExecutionGraph:
             self._t1[i] = 0.0
             recs[i] = rec
 
-    def _repeat(self, kind: str, name: str) -> int:
-        if kind == self._last_kind and name == self._last_name:
-            self._repeats += 1
-        else:
-            self._last_kind, self._last_name, self._repeats = kind, name, 1
-        return self._repeats
-
     def add(self, kind: str, name: str, parent_id: int | None) -> tuple[CallNode, int]:
         """Append a running node; return it with how many times in a row its signature repeated."""
         self._next_id += 1
         node = CallNode(self._next_id, kind, name, parent_id)
         self._place(node.node_id, 0, node.started, node)
         self.total_nodes += 1
-        return node, self._repeat(kind, name)
+        if kind == self._last_kind and name == self._last_name:
+            self._repeats += 1
+        else:
+            self._last_kind, self._last_name, self._repeats = kind, name, 1
+        return node, self._repeats
 
     def open(
         self, kind: str, name: str, parent_id: int | None, step: int, options: WrapOptions
     ) -> tuple[int, int]:
-        """Append a running call without a node object (the kernel's plain path): its id and how
-        many times in a row its signature repeated (:meth:`_place` and :meth:`_repeat`, written
-        out: every call of a plain context comes here)."""
+        """:meth:`add` without a node object (the plain path, :meth:`_place` written out): the id."""
         node_id = self._next_id = self._next_id + 1
         hint = options.cost_estimate_hint
         rec = (kind, name, parent_id, 0.0, 0, 0, "running", options.model, hint, options, None)
@@ -139,27 +130,25 @@ class ExecutionGraph:
             rec: Any = self._recs[i]  # a record: only the inline path opens and closes by id
             self._recs[i] = (rec[0], rec[1], rec[2], cost, 0, 0, status, rec[7], rec[8], rec[9], None)
             self._t1[i] = time.monotonic()
-        agg = (self._ok.get(kind) or self._ok_aggregate(kind)) if status == "ok" else None
+        agg = self._ok.get(kind) if status == "ok" else None
         if agg is None:
-            agg = self._aggregates.get((kind, status))
-            if agg is None:
-                agg = self._aggregates[(kind, status)] = Aggregate()
+            agg = self._aggregate(kind, status)
         agg.count += 1
         agg.cost_usd += cost
 
-    def _ok_aggregate(self, kind: str) -> Aggregate:
-        agg = self._aggregates.get((kind, "ok"))
+    def _aggregate(self, kind: str, status: str) -> Aggregate:
+        agg = self._aggregates.get((kind, status))
         if agg is None:
-            agg = self._aggregates[(kind, "ok")] = Aggregate()
-        self._ok[kind] = agg
+            agg = self._aggregates[(kind, status)] = Aggregate()
+            if status == "ok":
+                self._ok[kind] = agg
         return agg
 
     def promote(
         self, node_id: int, kind: str, name: str, parent_id: int | None, step: int, options: WrapOptions
     ) -> CallNode:
-        """The node object of a running call begun with :meth:`open` (it failed, or needs the full
-        settlement); from now on the ring holds the object. A call whose record has already left
-        the ring (more than ``capacity`` calls since it began) gets a fresh node outside it."""
+        """The node object of a running call begun with :meth:`open`, held by the ring from now on (a
+        fresh one when its record has already left the ring)."""
         node = self._live.pop(node_id, None) if self._live else None
         if node is not None:  # a layer below asked for it already (get): that is the node
             return node
@@ -172,12 +161,8 @@ class ExecutionGraph:
         return node
 
     def get(self, node_id: int) -> CallNode | None:
-        """The node with ``node_id`` while it is among the kept ones (None once it dropped out).
-
-        A running call of the inline path gets its node object now (so a layer below -- a
-        provider SDK's instrumentation -- can adopt it as its own step): it is settled through
-        that node from then on. A settled record is rebuilt (read it; do not keep it).
-        """
+        """The node with ``node_id`` while it is kept (else None). A running record becomes its node
+        now, so a layer below can adopt it as its step; a settled record is rebuilt (do not keep it)."""
         node = self._live.get(node_id)
         if node is not None:
             return node
@@ -205,7 +190,7 @@ class ExecutionGraph:
         node.ended = time.monotonic()
         agg = self._aggregates.get((node.kind, status))
         if agg is None:
-            agg = self._aggregates[(node.kind, status)] = Aggregate()
+            agg = self._aggregate(node.kind, status)
         agg.count += 1
         agg.cost_usd += node.cost_usd
         agg.tokens_in += node.tokens_in

@@ -5,17 +5,21 @@ from __future__ import annotations
 from enum import Enum
 
 
-class Decision(str, Enum):
+class StrEnum(str, Enum):
+    """An enum whose members are, and print as, their plain-string codes."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)  # the code, not "Decision.ALLOW"
+
+
+class Decision(StrEnum):
     """Outcome of asking the kernel whether a call may run."""
 
     ALLOW = "allow"
     HALT = "halt"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class HaltReason(str, Enum):
+class HaltReason(StrEnum):
     """Why a context halted. Members compare equal to their plain-string codes."""
 
     BUDGET_EXCEEDED = "budget_exceeded"
@@ -27,15 +31,9 @@ class HaltReason(str, Enum):
     CANCELLED = "cancelled"
     VERIFICATION_FAILED = "verification_failed"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class CallKind(str, Enum):
+class CallKind(StrEnum):
     """What a step is: a model call or a tool call. Both count against ``max_steps``."""
 
     LLM = "llm"
     TOOL = "tool"
-
-    def __str__(self) -> str:
-        return self.value

@@ -105,7 +105,8 @@ class SharedTimeoutPool:
                 wait = heap[0][0] - time.monotonic()
                 if wait > 0:
                     self._wake_at = heap[0][0]
-                    self._cond.wait(wait)
+                    # Capped: a lock wait longer than TIMEOUT_MAX (an infinite deadline) raises.
+                    self._cond.wait(min(wait, threading.TIMEOUT_MAX))
                     continue
                 handle = heapq.heappop(heap)[2]
                 handle.active = False
@@ -119,12 +120,7 @@ class SharedTimeoutPool:
 
     def _after_fork(self) -> None:
         # The worker thread does not survive fork(); the child starts its own on first use.
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._heap = []
-        self._dead = 0
-        self._thread = None
-        self._wake_at = float("inf")
+        SharedTimeoutPool.__init__(self)
 
 
 def _reset_default_after_fork() -> None:
