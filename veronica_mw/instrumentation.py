@@ -47,6 +47,7 @@ INSTRUMENTORS: dict[str, Instrumentor] = {
     "litellm": Instrumentor("litellm", "litellm", "litellm"),
     "google-genai": Instrumentor("google_genai", "google.genai", "google-genai"),
     "mcp": Instrumentor("mcp", "mcp", "mcp"),
+    "groq": Instrumentor("groq", "groq", "groq"),
     "langchain": Instrumentor("veronica_mw._framework_install:langchain", "langchain_core", "langchain"),
     "llamaindex": Instrumentor("veronica_mw._framework_install:llamaindex", "llama_index.core", "llamaindex"),
     "crewai": Instrumentor("veronica_mw._framework_install:crewai", "crewai", "crewai"),
@@ -96,7 +97,7 @@ def instrument(
     """Instrument the named SDKs and frameworks (default: every known one that is installed); return
     the names instrumented by this call or earlier. Idempotent; :func:`uninstrument` undoes everything.
 
-    Names: the provider SDKs ``openai``, ``anthropic``, ``litellm``, ``google-genai``, the ``mcp``
+    Names: the provider SDKs ``openai``, ``anthropic``, ``litellm``, ``google-genai``, ``groq``, the ``mcp``
     client, and the frameworks ``pydantic-ai``, ``openai-agents``, ``langchain`` (LangGraph too),
     ``llamaindex``, ``crewai`` and ``ag2`` (0.14 and 1.x), whose adapters are installed
     process-wide, bound to the execution context current at each call.

@@ -33,6 +33,7 @@ ADAPTERS = [
     ("litellm", "litellm", "litellm"),
     ("google_genai", "google", "google-genai"),
     ("mcp", "mcp", "mcp"),
+    ("groq", "groq", "groq"),
 ]
 
 
