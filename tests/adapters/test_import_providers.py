@@ -34,6 +34,7 @@ ADAPTERS = [
     ("google_genai", "google", "google-genai"),
     ("mcp", "mcp", "mcp"),
     ("groq", "groq", "groq"),
+    ("mistral", "mistralai", "mistral"),
 ]
 
 
