@@ -35,6 +35,7 @@ ADAPTERS = [
     ("mcp", "mcp", "mcp"),
     ("groq", "groq", "groq"),
     ("mistral", "mistralai", "mistral"),
+    ("bedrock", "boto3", "bedrock"),
 ]
 
 
