@@ -47,6 +47,9 @@ INSTRUMENTORS: dict[str, Instrumentor] = {
     "litellm": Instrumentor("litellm", "litellm", "litellm"),
     "google-genai": Instrumentor("google_genai", "google.genai", "google-genai"),
     "mcp": Instrumentor("mcp", "mcp", "mcp"),
+    "groq": Instrumentor("groq", "groq", "groq"),
+    "mistral": Instrumentor("mistral", "mistralai.client", "mistral"),
+    "bedrock": Instrumentor("bedrock", "boto3", "bedrock"),
     "langchain": Instrumentor("veronica_mw._framework_install:langchain", "langchain_core", "langchain"),
     "llamaindex": Instrumentor("veronica_mw._framework_install:llamaindex", "llama_index.core", "llamaindex"),
     "crewai": Instrumentor("veronica_mw._framework_install:crewai", "crewai", "crewai"),
@@ -96,10 +99,10 @@ def instrument(
     """Instrument the named SDKs and frameworks (default: every known one that is installed); return
     the names instrumented by this call or earlier. Idempotent; :func:`uninstrument` undoes everything.
 
-    Names: the provider SDKs ``openai``, ``anthropic``, ``litellm``, ``google-genai``, the ``mcp``
-    client, and the frameworks ``pydantic-ai``, ``openai-agents``, ``langchain`` (LangGraph too),
-    ``llamaindex``, ``crewai`` and ``ag2`` (0.14 and 1.x), whose adapters are installed
-    process-wide, bound to the execution context current at each call.
+    Names: the provider SDKs ``openai``, ``anthropic``, ``litellm``, ``google-genai``, ``groq``,
+    ``mistral``, ``bedrock`` (boto3), the ``mcp`` client, and the frameworks ``pydantic-ai``,
+    ``openai-agents``, ``langchain`` (LangGraph too), ``llamaindex``, ``crewai`` and ``ag2`` (0.14
+    and 1.x), whose adapters are installed process-wide, bound to the execution context current at each call.
 
     Without names, an SDK the program has not imported yet is patched right after it is imported,
     so building a middleware never imports an SDK; a name given explicitly is imported and patched

@@ -33,6 +33,9 @@ ADAPTERS = [
     ("litellm", "litellm", "litellm"),
     ("google_genai", "google", "google-genai"),
     ("mcp", "mcp", "mcp"),
+    ("groq", "groq", "groq"),
+    ("mistral", "mistralai", "mistral"),
+    ("bedrock", "boto3", "bedrock"),
 ]
 
 
