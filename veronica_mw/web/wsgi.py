@@ -68,7 +68,7 @@ ENVIRON_KEY = "veronica.context"
 
 def _halted(ctx: RequestContext) -> bool:
     """``ctx.aborted`` without the property call (once per body chunk)."""
-    return ctx._reason is not None or (ctx._armed != 0 and bool(ctx._deadline) and ctx._expired())
+    return ctx._ledger.reason is not None or (ctx._armed != 0 and bool(ctx._deadline) and ctx._expired())
 
 
 class _Response(RequestScope):
@@ -204,7 +204,7 @@ class _Response(RequestScope):
         finally:
             current_context.reset(token)
         halted = _halted(ctx)
-        if status_code(self.status) >= 500 and (halted or nested_halt(ctx) is not None):
+        if (halted or (ctx._children and nested_halt(ctx) is not None)) and status_code(self.status) >= 500:
             # The app (or its framework) answered an error because of the halt (of the request's
             # context or one nested in it): send the request's refusal.
             return self._refuse(self._nested_halt(), None)
@@ -226,7 +226,7 @@ class _Response(RequestScope):
         error, else the app's own -- and the context ends here, not after the server's loop."""
         ctx = self.ctx
         halted = _halted(ctx)
-        if status_code(self.status) >= 500 and (halted or nested_halt(ctx) is not None):
+        if (halted or (ctx._children and nested_halt(ctx) is not None)) and status_code(self.status) >= 500:
             return [self._refuse(self._nested_halt(), None)]
         if not self._sent:
             if self._extra or self._usage:
