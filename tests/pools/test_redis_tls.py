@@ -39,10 +39,16 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, P
         pytest.skip("redis-server or openssl is not installed")
     d = tmp_path_factory.mktemp("tls")
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-             "-days", "1", "-subj", "/CN=veronica-test-ca", cwd=d)  # fmt: skip
+             "-days", "1", "-subj", "/CN=veronica-test-ca", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)  # fmt: skip
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
              "-subj", "/CN=127.0.0.1", cwd=d)  # fmt: skip
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    # Python 3.13 verifies strictly (VERIFY_X509_STRICT): the CA needs its key usage, the server
+    # certificate its authority key identifier.
+    (d / "san.ext").write_text(
+        "subjectAltName=IP:127.0.0.1\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\nauthorityKeyIdentifier=keyid,issuer\nsubjectKeyIdentifier=hash\n"
+    )
     _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
              "-out", "server.crt", "-days", "1", "-extfile", "san.ext", cwd=d)  # fmt: skip
     port = free_port()
