@@ -6,7 +6,8 @@ tokens it reports; ``/converse-stream`` with the same answer as a real AWS event
 framing, :mod:`.aws_eventstream`): ``messageStart``, one ``contentBlockDelta`` per word, a toolUse
 block whose input arrives in pieces when ``tool_input`` is set, ``messageStop`` and a ``metadata``
 event with the usage; ``/invoke`` with a body in the model family's own format (Anthropic messages
-for ``anthropic.*``, Amazon Nova for ``amazon.nova*``, Meta Llama otherwise) and the token counts
+for ``anthropic.*``, Amazon Nova for ``amazon.nova*``, Meta Llama for ``meta.*``,
+Mistral otherwise) and the token counts
 in the ``x-amzn-bedrock-*-token-count`` headers. ``usage=False`` reports no usage anywhere;
 ``usage_body=False`` / ``usage_headers=False`` leave it out of the invoke body / headers. ``reply``
 is the text it answers, whatever ``maxTokens`` asks (a model that ignores it). It counts the model
@@ -131,11 +132,13 @@ class FakeBedrock(FakeHTTPServer):
             payload = {"output": {"message": message}, "stopReason": "end_turn"}
             if with_usage:
                 payload["usage"] = {"inputTokens": tokens_in, "outputTokens": tokens_out, "totalTokens": tokens_in + tokens_out}
-        else:  # Meta Llama's body
+        elif model.startswith("meta."):
             payload = {"generation": self.reply, "stop_reason": "stop"}
             if with_usage:
                 payload["prompt_token_count"] = tokens_in
                 payload["generation_token_count"] = tokens_out
+        else:  # Mistral's body: no usage in it, ever
+            payload = {"outputs": [{"text": self.reply, "stop_reason": "stop"}]}
         headers = {}
         if self.usage and self.usage_headers:
             headers = {
