@@ -115,7 +115,14 @@ def invoke_plan(body: Mapping[str, Any] | None, raw: Any, model: str | None) -> 
         tokens_in = text_tokens(body.get("messages"), body.get("system"), body.get("toolConfig"))
         return Plan(operation, model, PROVIDER, tokens_in, limit(config, field), f"inferenceConfig.{field}")
     if family == "llama":
-        return Plan(operation, model, PROVIDER, text_tokens(body.get("prompt")), limit(body, "max_gen_len"), "max_gen_len")
+        return Plan(
+            operation,
+            model,
+            PROVIDER,
+            text_tokens(body.get("prompt")),
+            limit(body, "max_gen_len"),
+            "max_gen_len",
+        )
     if family == "titan":
         config = _mapping(body.get("textGenerationConfig"))
         output = limit(config, "maxTokenCount")
@@ -169,7 +176,9 @@ def _generated_chars(body: Mapping[str, Any]) -> int:
             text = block.get("text") if block.get("type") != "tool_use" else None
             chars += len(text) if isinstance(text, str) else 0
             if block.get("type") == "tool_use":
-                chars += len(str(block.get("name", ""))) + len(json.dumps(block.get("input", ""), default=str))
+                chars += len(str(block.get("name", ""))) + len(
+                    json.dumps(block.get("input", ""), default=str)
+                )
             thinking = block.get("thinking")
             chars += len(thinking) if isinstance(thinking, str) else 0
         return chars

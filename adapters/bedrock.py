@@ -65,7 +65,9 @@ def _note_model(params: Any = None, context: Any = None, **_: Any) -> None:
         context[_MODEL] = model if isinstance(model, str) else None
 
 
-def _plan(operation: str, request_dict: dict[str, Any], model: str | None) -> tuple[Plan, dict[str, Any] | None]:
+def _plan(
+    operation: str, request_dict: dict[str, Any], model: str | None
+) -> tuple[Plan, dict[str, Any] | None]:
     raw = request_dict.get("body")
     if hasattr(raw, "read"):  # a file-like invoke body: read once, sent as the bytes read
         raw = request_dict["body"] = raw.read()
@@ -116,11 +118,17 @@ def _needs_retry(
     elif isinstance(response, tuple) and response:
         status = getattr(response[0], "status_code", 0)
         if status >= 300:
-            code = ((response[1] or {}).get("Error") or {}).get("Code", "") if isinstance(response[1], dict) else ""
+            code = (
+                ((response[1] or {}).get("Error") or {}).get("Code", "")
+                if isinstance(response[1], dict)
+                else ""
+            )
             context[_LAST] = RuntimeError(f"bedrock answered HTTP {status} {code}".rstrip())
 
 
-def _settle(http_response: Any = None, parsed: Any = None, model: Any = None, context: Any = None, **_: Any) -> None:
+def _settle(
+    http_response: Any = None, parsed: Any = None, model: Any = None, context: Any = None, **_: Any
+) -> None:
     call: ProviderCall | None = context.pop(_KEY, None) if isinstance(context, dict) else None
     if call is None:
         return

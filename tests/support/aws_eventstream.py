@@ -23,7 +23,9 @@ def _header(name: str, value: str) -> bytes:
     raw_name, raw_value = name.encode(), value.encode()
     if len(raw_name) > 255 or len(raw_value) > 0xFFFF:
         raise ValueError(f"event-stream header {name!r} too long")
-    return bytes([len(raw_name)]) + raw_name + bytes([_STRING]) + struct.pack(">H", len(raw_value)) + raw_value
+    return (
+        bytes([len(raw_name)]) + raw_name + bytes([_STRING]) + struct.pack(">H", len(raw_value)) + raw_value
+    )
 
 
 def encode_message(headers: dict[str, str], payload: bytes) -> bytes:

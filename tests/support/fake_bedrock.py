@@ -85,18 +85,22 @@ class FakeBedrock(FakeHTTPServer):
         }
         if self.usage:
             tokens_in, tokens_out = self._tokens(path, model, body, False)
-            payload["usage"] = {"inputTokens": tokens_in, "outputTokens": tokens_out, "totalTokens": tokens_in + tokens_out}
+            payload["usage"] = {
+                "inputTokens": tokens_in,
+                "outputTokens": tokens_out,
+                "totalTokens": tokens_in + tokens_out,
+            }
         request.send_json(200, payload)
 
     def _converse_stream(self, request: Handler, path: str, model: str, body: dict[str, Any]) -> None:
         events = [encode_event("messageStart", {"role": "assistant"})]
         words = self.reply.split(" ")
         for i, word in enumerate(words):
-            delta = {"text": word if i == len(words) - 1 else word + " "}
+            delta: dict[str, Any] = {"text": word if i == len(words) - 1 else word + " "}
             events.append(encode_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": delta}))
         events.append(encode_event("contentBlockStop", {"contentBlockIndex": 0}))
         if self.tool_input is not None:
-            start = {"toolUse": {"toolUseId": "tool-1", "name": "lookup"}}
+            start: dict[str, Any] = {"toolUse": {"toolUseId": "tool-1", "name": "lookup"}}
             events.append(encode_event("contentBlockStart", {"contentBlockIndex": 1, "start": start}))
             text = self.tool_input
             for piece in (text[i : i + 8] for i in range(0, len(text), 8)):
@@ -107,7 +111,11 @@ class FakeBedrock(FakeHTTPServer):
         events.append(encode_event("messageStop", {"stopReason": stop}))
         if self.usage:
             tokens_in, tokens_out = self._tokens(path, model, body, True)
-            usage = {"inputTokens": tokens_in, "outputTokens": tokens_out, "totalTokens": tokens_in + tokens_out}
+            usage = {
+                "inputTokens": tokens_in,
+                "outputTokens": tokens_out,
+                "totalTokens": tokens_in + tokens_out,
+            }
             events.append(encode_event("metadata", {"usage": usage, "metrics": {"latencyMs": 1}}))
         request.send_bytes("application/vnd.amazon.eventstream", b"".join(events))
 
@@ -131,7 +139,11 @@ class FakeBedrock(FakeHTTPServer):
             message = {"role": "assistant", "content": [{"text": self.reply}]}
             payload = {"output": {"message": message}, "stopReason": "end_turn"}
             if with_usage:
-                payload["usage"] = {"inputTokens": tokens_in, "outputTokens": tokens_out, "totalTokens": tokens_in + tokens_out}
+                payload["usage"] = {
+                    "inputTokens": tokens_in,
+                    "outputTokens": tokens_out,
+                    "totalTokens": tokens_in + tokens_out,
+                }
         elif model.startswith("meta."):
             payload = {"generation": self.reply, "stop_reason": "stop"}
             if with_usage:

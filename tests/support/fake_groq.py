@@ -28,7 +28,11 @@ class FakeGroq(FakeHTTPServer):
     def _report(self, model: str, body: dict[str, Any], streamed: bool) -> dict[str, int]:
         tokens_out = len(REPLY.split())
         tokens_in = self.report(PATH, model, body, tokens_out, streamed)
-        return {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
+        return {
+            "prompt_tokens": tokens_in,
+            "completion_tokens": tokens_out,
+            "total_tokens": tokens_in + tokens_out,
+        }
 
     def handle(self, request: Handler, path: str, raw: bytes) -> None:
         if path != PATH:

@@ -71,9 +71,7 @@ def _ceiling(output: int) -> float:
 
 
 @pytest.mark.parametrize("operation", ["converse", "converse_stream"])
-def test_fit_lowers_max_tokens_of_converse(
-    client: Any, server: FakeBedrock, operation: str
-) -> None:
+def test_fit_lowers_max_tokens_of_converse(client: Any, server: FakeBedrock, operation: str) -> None:
     ceiling = _ceiling(8000)
     config = ExecutionConfig(max_cost_usd=ceiling, max_steps=5, max_retries_total=0)
     with ExecutionContext(config, PolicyPipeline([FitOutputToBudget()])) as ctx:
