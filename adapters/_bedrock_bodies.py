@@ -144,9 +144,8 @@ def _strings(value: Any) -> Iterator[str]:
 
 def _header_usage(headers: Mapping[str, Any]) -> TokenUsage | None:
     found = [headers.get(f"x-amzn-bedrock-{kind}-token-count") for kind in ("input", "output")]
-    if not all(isinstance(value, str) and value.isdigit() for value in found):
-        return None
-    return TokenUsage(int(found[0]), int(found[1]))
+    counts = [int(value) for value in found if isinstance(value, str) and value.isdigit()]
+    return TokenUsage(counts[0], counts[1]) if len(counts) == 2 else None
 
 
 def _body_usage(body: Mapping[str, Any]) -> TokenUsage | None:
@@ -161,8 +160,8 @@ def _body_usage(body: Mapping[str, Any]) -> TokenUsage | None:
     if "prompt_token_count" in body or "generation_token_count" in body:  # Llama
         return TokenUsage(_count(body.get("prompt_token_count")), _count(body.get("generation_token_count")))
     if "inputTextTokenCount" in body:  # Titan
-        results = body.get("results") if isinstance(body.get("results"), list) else []
-        out = sum(_count(_mapping(r).get("tokenCount")) for r in results)
+        results: Any = body.get("results")
+        out = sum(_count(_mapping(r).get("tokenCount")) for r in (results if isinstance(results, list) else ()))
         return TokenUsage(_count(body.get("inputTextTokenCount")), out)
     return None
 

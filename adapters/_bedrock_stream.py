@@ -83,7 +83,7 @@ class _Messages:
 
 def observe(call: ProviderCall, parsed: dict[str, Any]) -> None:
     """Meter the EventStream in ``parsed["stream"]`` and settle ``call`` when it ends."""
-    events = parsed.get("stream")
+    events: Any = parsed.get("stream")
     generator = getattr(events, "_event_generator", None)
     if generator is None:  # not botocore's EventStream (API drift): it may cost its reservation
         call.abandon()

@@ -68,7 +68,7 @@ def _note_model(params: Any = None, context: Any = None, **_: Any) -> None:
 def _plan(
     operation: str, request_dict: dict[str, Any], model: str | None
 ) -> tuple[Plan, dict[str, Any] | None]:
-    raw = request_dict.get("body")
+    raw: Any = request_dict.get("body")
     if hasattr(raw, "read"):  # a file-like invoke body: read once, sent as the bytes read
         raw = request_dict["body"] = raw.read()
     body = bodies.invoke_body(raw)
@@ -96,7 +96,7 @@ def _admit(params: Any = None, model: Any = None, context: Any = None, **_: Any)
 
 
 def _sending(request: Any = None, **_: Any) -> None:
-    context = getattr(request, "context", None)
+    context: Any = getattr(request, "context", None)
     call: ProviderCall | None = context.get(_KEY) if isinstance(context, dict) else None
     if call is None:
         return
@@ -150,7 +150,7 @@ def _settle_invoke(call: ProviderCall, http_response: Any, parsed: dict[str, Any
     the same bytes."""
     from botocore.response import StreamingBody  # type: ignore[import-untyped]
 
-    body = parsed.get("body")
+    body: Any = parsed.get("body")
     try:
         data = body.read() if hasattr(body, "read") else body
     except BaseException:
