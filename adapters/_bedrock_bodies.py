@@ -161,7 +161,8 @@ def _body_usage(body: Mapping[str, Any]) -> TokenUsage | None:
         return TokenUsage(_count(body.get("prompt_token_count")), _count(body.get("generation_token_count")))
     if "inputTextTokenCount" in body:  # Titan
         results: Any = body.get("results")
-        out = sum(_count(_mapping(r).get("tokenCount")) for r in (results if isinstance(results, list) else ()))
+        results = results if isinstance(results, list) else ()
+        out = sum(_count(_mapping(r).get("tokenCount")) for r in results)
         return TokenUsage(_count(body.get("inputTextTokenCount")), out)
     return None
 
