@@ -7,7 +7,8 @@ shape, not its model id (inference profiles and ARNs name models differently):
 - Anthropic messages (``anthropic_version`` / ``max_tokens``): usage ``input_tokens``/``output_tokens``;
 - Amazon Nova (``messages`` + ``inferenceConfig``, ``max_new_tokens`` or ``maxTokens``): ``usage``
   ``inputTokens``/``outputTokens``;
-- Meta Llama (``prompt``, ``max_gen_len``): ``prompt_token_count``/``generation_token_count``;
+- a ``prompt`` body: Meta Llama (``max_gen_len``; usage ``prompt_token_count``/
+  ``generation_token_count``), Mistral (``max_tokens``);
 - Amazon Titan text (``inputText``, ``textGenerationConfig.maxTokenCount``);
 - anything else: every string of the body is counted as input, the configured default as output.
 
@@ -25,7 +26,15 @@ from typing import Any
 from ..kernel.pricing import TokenUsage
 from ._provider_calls import Outcome, Plan, limit, text_tokens
 
-__all__ = ["PROVIDER", "converse_outcome", "converse_plan", "invoke_body", "invoke_outcome", "invoke_plan"]
+__all__ = [
+    "PROVIDER",
+    "converse_outcome",
+    "converse_plan",
+    "invoke_body",
+    "invoke_outcome",
+    "invoke_plan",
+    "strings",
+]
 
 PROVIDER = "aws"  # genai-prices provider id of Bedrock
 
@@ -93,15 +102,16 @@ def _family(body: Mapping[str, Any]) -> str:
     if "messages" in body:
         return "nova"
     if "prompt" in body:
-        return "llama"
+        return "prompt"
     if "inputText" in body:
         return "titan"
     return "unknown"
 
 
-def invoke_plan(body: Mapping[str, Any] | None, raw: Any, model: str | None) -> Plan:
+def invoke_plan(
+    body: Mapping[str, Any] | None, raw: Any, model: str | None, operation: str = "bedrock.invoke_model"
+) -> Plan:
     """The plan of an invoke_model request; ``body``: its JSON object (None: not JSON, ``raw``)."""
-    operation = "bedrock.invoke_model"
     if body is None:
         text = raw.decode(errors="replace") if isinstance(raw, (bytes, bytearray)) else str(raw or "")
         return Plan(operation, model, PROVIDER, text_tokens(text), limit({}))
@@ -114,15 +124,9 @@ def invoke_plan(body: Mapping[str, Any] | None, raw: Any, model: str | None) -> 
         field = "maxTokens" if "maxTokens" in config else "max_new_tokens"
         tokens_in = text_tokens(body.get("messages"), body.get("system"), body.get("toolConfig"))
         return Plan(operation, model, PROVIDER, tokens_in, limit(config, field), f"inferenceConfig.{field}")
-    if family == "llama":
-        return Plan(
-            operation,
-            model,
-            PROVIDER,
-            text_tokens(body.get("prompt")),
-            limit(body, "max_gen_len"),
-            "max_gen_len",
-        )
+    if family == "prompt":  # Meta Llama's max_gen_len; Mistral's (and others') max_tokens
+        field = "max_tokens" if "max_tokens" in body and "max_gen_len" not in body else "max_gen_len"
+        return Plan(operation, model, PROVIDER, text_tokens(body.get("prompt")), limit(body, field), field)
     if family == "titan":
         config = _mapping(body.get("textGenerationConfig"))
         output = limit(config, "maxTokenCount")
@@ -131,15 +135,16 @@ def invoke_plan(body: Mapping[str, Any] | None, raw: Any, model: str | None) -> 
     return Plan(operation, model, PROVIDER, text_tokens(body), limit({}))
 
 
-def _strings(value: Any) -> Iterator[str]:
+def strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
         for item in value.values():
-            yield from _strings(item)
+            yield from strings(item)
     elif isinstance(value, list):
         for item in value:
-            yield from _strings(item)
+            yield from strings(item)
 
 
 def _header_usage(headers: Mapping[str, Any]) -> TokenUsage | None:
@@ -187,8 +192,8 @@ def _generated_chars(body: Mapping[str, Any]) -> int:
     if isinstance(body.get("generation"), str):  # Llama
         return len(body["generation"])
     if isinstance(body.get("results"), list):  # Titan
-        return sum(len(s) for r in body["results"] for s in _strings(_mapping(r).get("outputText")))
-    return sum(len(s) for s in _strings(body))  # unknown shape: all of it may be generated
+        return sum(len(s) for r in body["results"] for s in strings(_mapping(r).get("outputText")))
+    return sum(len(s) for s in strings(body))  # unknown shape: all of it may be generated
 
 
 def invoke_outcome(headers: Mapping[str, Any], data: bytes) -> Outcome:

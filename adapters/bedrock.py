@@ -1,5 +1,5 @@
 """Amazon Bedrock instrumentation (boto3 ``bedrock-runtime``): each ``converse``,
-``converse_stream`` and ``invoke_model`` call is one step.
+``converse_stream``, ``invoke_model`` and ``invoke_model_with_response_stream`` call is one step.
 
 Hooked through botocore's own event system, not by patching boto3: ``instrument()`` registers
 handlers on boto3's default session, so every ``boto3.client("bedrock-runtime")`` made afterwards
@@ -18,11 +18,11 @@ session). Inside an execution context, per call:
 - ``after-call``: settles with the usage Bedrock reported (converse ``usage``; invoke_model's
   ``x-amzn-bedrock-*-token-count`` headers or its body's usage), priced with genai-prices under
   provider ``aws`` for the ``modelId``, estimated from the generated text when missing (never
-  $0); a ``converse_stream`` is settled when its EventStream ends (:mod:`._bedrock_stream`);
+  $0); a stream is settled when its EventStream ends (:mod:`._bedrock_stream`): from the
+  ``metadata`` event (converse_stream) or the last chunk's invocation metrics (invoke streams);
 - ``after-call-error``: the request failed (an error costs nothing).
 
-Not covered: ``invoke_model_with_response_stream`` (passes through, not a step) and ``DowngradeAt``
-(a Bedrock request keeps its ``modelId``).
+Not covered: ``DowngradeAt`` (a Bedrock request keeps its ``modelId``).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ _OPERATIONS = {
     "Converse": "bedrock.converse",
     "ConverseStream": "bedrock.converse_stream",
     "InvokeModel": "bedrock.invoke_model",
+    "InvokeModelWithResponseStream": "bedrock.invoke_model_with_response_stream",
 }
 
 
@@ -72,8 +73,8 @@ def _plan(
     if hasattr(raw, "read"):  # a file-like invoke body: read once, sent as the bytes read
         raw = request_dict["body"] = raw.read()
     body = bodies.invoke_body(raw)
-    if operation == "InvokeModel":
-        return bodies.invoke_plan(body, raw, model), body
+    if operation.startswith("InvokeModel"):
+        return bodies.invoke_plan(body, raw, model, _OPERATIONS[operation]), body
     return bodies.converse_plan(body or {}, model, _OPERATIONS[operation]), body
 
 
@@ -138,7 +139,9 @@ def _settle(
         return
     operation = getattr(model, "name", None)
     if operation == "ConverseStream":
-        stream.observe(call, parsed)
+        stream.observe(call, parsed, "stream", stream.ConverseMeter())
+    elif operation == "InvokeModelWithResponseStream":
+        stream.observe(call, parsed, "body", stream.InvokeMeter())
     elif operation == "InvokeModel":
         _settle_invoke(call, http_response, parsed)
     else:

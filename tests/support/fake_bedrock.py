@@ -6,9 +6,10 @@ tokens it reports; ``/converse-stream`` with the same answer as a real AWS event
 framing, :mod:`.aws_eventstream`): ``messageStart``, one ``contentBlockDelta`` per word, a toolUse
 block whose input arrives in pieces when ``tool_input`` is set, ``messageStop`` and a ``metadata``
 event with the usage; ``/invoke`` with a body in the model family's own format (Anthropic messages
-for ``anthropic.*``, Amazon Nova for ``amazon.nova*``, Meta Llama for ``meta.*``,
-Mistral otherwise) and the token counts
-in the ``x-amzn-bedrock-*-token-count`` headers. ``usage=False`` reports no usage anywhere;
+for ``anthropic.*``, Amazon Nova for ``amazon.nova*``, Meta Llama for ``meta.*``, Mistral
+otherwise) and the token counts in the ``x-amzn-bedrock-*-token-count`` headers;
+``/invoke-with-response-stream`` with the family's stream events in base64 ``chunk`` events, the
+last one carrying ``amazon-bedrock-invocationMetrics``. ``usage=False`` reports no usage anywhere;
 ``usage_body=False`` / ``usage_headers=False`` leave it out of the invoke body / headers. ``reply``
 is the text it answers, whatever ``maxTokens`` asks (a model that ignores it). It counts the model
 requests it received (:meth:`FakeBedrock.count`, bodies in :attr:`FakeBedrock.bodies`), records
@@ -18,6 +19,7 @@ the usage it reported (:attr:`FakeBedrock.reported`) and fails the next requests
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
@@ -29,7 +31,7 @@ from .fake_http_base import FakeHTTPServer, Handler
 __all__ = ["REPLY", "FakeBedrock"]
 
 REPLY = "Hello from the fake Bedrock runtime."
-_ROUTE = re.compile(r"/model/([^/]+)/(converse|converse-stream|invoke)")
+_ROUTE = re.compile(r"/model/([^/]+)/(converse|converse-stream|invoke|invoke-with-response-stream)")
 
 
 class FakeBedrock(FakeHTTPServer):
@@ -70,6 +72,8 @@ class FakeBedrock(FakeHTTPServer):
             self._converse(request, path, model, body)
         elif operation == "converse-stream":
             self._converse_stream(request, path, model, body)
+        elif operation == "invoke-with-response-stream":
+            self._invoke_stream(request, path, model, body)
         else:
             self._invoke(request, path, model, body)
 
@@ -158,3 +162,48 @@ class FakeBedrock(FakeHTTPServer):
                 "x-amzn-bedrock-output-token-count": str(tokens_out),
             }
         request.send_bytes("application/json", json.dumps(payload).encode(), 200, headers)
+
+    def _invoke_stream(self, request: Handler, path: str, model: str, body: dict[str, Any]) -> None:
+        """The model family's own stream events, each in a base64 ``chunk``; Bedrock's invocation
+        metrics (the usage) in the last one."""
+        words = self.reply.split(" ")
+        pieces = [word if i == len(words) - 1 else word + " " for i, word in enumerate(words)]
+        events: list[dict[str, Any]]
+        if model.startswith("anthropic."):
+            events = [{"type": "message_start", "message": {"id": "msg_bedrock", "role": "assistant"}}]
+            events.append(
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+            )
+            for piece in pieces:
+                events.append(
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": piece},
+                    }
+                )
+            events.append({"type": "content_block_stop", "index": 0})
+            events.append({"type": "message_delta", "delta": {"stop_reason": "end_turn"}})
+            events.append({"type": "message_stop"})
+        elif model.startswith("amazon.nova"):
+            events = [{"messageStart": {"role": "assistant"}}]
+            events.extend(
+                {"contentBlockDelta": {"delta": {"text": p}, "contentBlockIndex": 0}} for p in pieces
+            )
+            events.append({"contentBlockStop": {"contentBlockIndex": 0}})
+            events.append({"messageStop": {"stopReason": "end_turn"}})
+        elif model.startswith("meta."):
+            events = [{"generation": piece, "stop_reason": None} for piece in pieces]
+            events[-1]["stop_reason"] = "stop"
+        else:  # Mistral's stream
+            events = [{"outputs": [{"text": piece, "stop_reason": None}]} for piece in pieces]
+            events[-1]["outputs"][0]["stop_reason"] = "stop"
+        if self.usage:
+            tokens_in, tokens_out = self._tokens(path, model, body, True)
+            metrics = {"inputTokenCount": tokens_in, "outputTokenCount": tokens_out, "invocationLatency": 1}
+            events[-1]["amazon-bedrock-invocationMetrics"] = metrics
+        data = b"".join(
+            encode_event("chunk", {"bytes": base64.b64encode(json.dumps(e).encode()).decode()})
+            for e in events
+        )
+        request.send_bytes("application/vnd.amazon.eventstream", data)
