@@ -14,11 +14,13 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from .fake_provider import Reported, _Server, prompt_tokens
 
 __all__ = ["FakeHTTPServer", "Handler"]
+
+_Fake = TypeVar("_Fake", bound="FakeHTTPServer")
 
 
 class FakeHTTPServer:
@@ -30,7 +32,7 @@ class FakeHTTPServer:
         self._failures: list[int] = []
         self._server: _Server | None = None
 
-    def __enter__(self) -> Any:  # Any: each subclass returns itself
+    def __enter__(self: _Fake) -> _Fake:
         fake = self
 
         class Bound(Handler):
