@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..kernel._control import install_verifier_builder
 from ..kernel.exceptions import OutputRejected, ToolCallRejected
 from ._suite import CheckSuite
+from .ask_for_more import AskForMore
 from .approval import ApprovalRequest, Approve, Edit, Reject, RequireApproval
 from .checks import CheckResult, Forbidden, JsonOutput, MaxLength
 from .downgrade import DowngradeAt
@@ -21,6 +22,7 @@ __all__ = [
     "ApprovalQueue",
     "ApprovalRequest",
     "Approve",
+    "AskForMore",
     "CheckResult",
     "CheckSuite",
     "DowngradeAt",
