@@ -9,8 +9,8 @@ from __future__ import annotations
 from ..kernel._control import install_verifier_builder
 from ..kernel.exceptions import OutputRejected, ToolCallRejected
 from ._suite import CheckSuite
-from .ask_for_more import AskForMore
 from .approval import ApprovalRequest, Approve, Edit, Reject, RequireApproval
+from .ask_for_more import AskForMore
 from .checks import CheckResult, Forbidden, JsonOutput, MaxLength
 from .downgrade import DowngradeAt
 from .outputs import ModelOutput, ToolCall, extract_text

@@ -58,7 +58,9 @@ class AskForMore:
         timeout_s: float = 300.0,
     ) -> None:
         if not callable(approver):
-            raise TypeError(f"approver must be an ApprovalQueue or a callable (request) -> answer, got {approver!r}")
+            raise TypeError(
+                f"approver must be an ApprovalQueue or a callable (request) -> answer, got {approver!r}"
+            )
         self.add_usd = _amount(add_usd, "add_usd", False)
         self.add_steps = _amount(add_steps, "add_steps", True)
         if self.add_usd is None and self.add_steps is None:
@@ -80,7 +82,7 @@ class AskForMore:
         if add is None:
             return 0.0, f"on_limit does not raise the {dimension} limit"
         room = add if cap is None else min(add, cap - limit)
-        if room <= 0:
+        if room <= 1e-9:  # float sums of grants may leave a hair below the cap
             return 0.0, f"{name}={cap:g} reached: no more may be added"
         return float(room), ""
 

@@ -40,8 +40,9 @@ class Ask:
             ledger.raise_to(config)
             level.config, level._asking = config, None
         if usd or steps:
-            level.add_event("escalation_granted", f"+{usd:g} USD, +{steps} steps: {note}", add_usd=usd,
-                            add_steps=steps, max_cost_usd=config.max_cost_usd, max_steps=config.max_steps)  # fmt: skip
+            limits = {"max_cost_usd": config.max_cost_usd, "max_steps": config.max_steps}
+            level.add_event("escalation_granted", f"+{usd:g} USD, +{steps} steps: {note}",
+                            add_usd=usd, add_steps=steps, **limits)  # fmt: skip
         else:
             level.add_event("escalation_rejected", note)
         self.future.set_result((usd, steps, note))

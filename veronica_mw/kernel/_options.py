@@ -81,7 +81,6 @@ def configure(
     if on_limit is not None:
         ctx._on_limit = on_limit
     # Nothing outside the kernel sees a call's node: the call forms keep records (see _calls).
-    ctx._plain = not (
+    ctx._plain = on_limit is None and not (
         pipeline or circuit_breaker is not None or budget_parent is not None or ctx._observers or checks
-        or on_limit is not None
     )

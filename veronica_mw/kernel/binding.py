@@ -20,8 +20,9 @@ class ContextBinding:
     __slots__ = ("_explicit", "_config", "_owned", "_lock", "_on_limit")
 
     def __init__(
-        self, context: ExecutionContext | None = None, config: ExecutionConfig | None = None, on_limit: Any = None
-    ) -> None:
+        self, context: ExecutionContext | None = None, config: ExecutionConfig | None = None,
+        on_limit: Any = None,
+    ) -> None:  # fmt: skip
         if context is not None and not isinstance(context, ExecutionContext):
             raise TypeError(f"context must be an ExecutionContext, got {type(context).__name__}")
         if config is not None and not isinstance(config, ExecutionConfig):

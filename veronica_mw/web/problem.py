@@ -294,8 +294,8 @@ def context_options(
     on_warn: WarnCallback | None = None,
     on_limit: Any = None,
 ) -> dict[str, Any] | None:
-    """The ``checks=``/``policies=``/``audit=``/``on_warn=``/``on_limit=`` of a middleware as keyword arguments
-    for every request's :class:`~veronica_mw.ExecutionContext` (built and validated once; None
+    """The ``checks=``/``policies=``/``audit=``/``on_warn=``/``on_limit=`` of a middleware as keyword
+    arguments for every request's :class:`~veronica_mw.ExecutionContext` (built and validated once; None
     when all are empty).
 
     The pipeline and the checks are shared by all requests: policies decide from what each call's
