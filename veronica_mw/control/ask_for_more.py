@@ -61,13 +61,13 @@ class AskForMore:
             raise TypeError(
                 f"approver must be an ApprovalQueue or a callable (request) -> answer, got {approver!r}"
             )
-        self.add_usd = _amount(add_usd, "add_usd", False)
-        self.add_steps = _amount(add_steps, "add_steps", True)
+        self.add_usd: float | None = _amount(add_usd, "add_usd", False)
+        self.add_steps: int | None = _amount(add_steps, "add_steps", True)
         if self.add_usd is None and self.add_steps is None:
             raise ValueError("give add_usd= and/or add_steps=: what a person is asked to add")
-        self.max_usd = _amount(max_usd, "max_usd", False)
-        self.max_steps = _amount(max_steps, "max_steps", True)
-        self.timeout_s = _amount(timeout_s, "timeout_s", False)
+        self.max_usd: float | None = _amount(max_usd, "max_usd", False)
+        self.max_steps: int | None = _amount(max_steps, "max_steps", True)
+        self.timeout_s: float = _amount(timeout_s, "timeout_s", False)
         self.approver = approver
 
     # -- the offer and the request ------------------------------------------------------------------

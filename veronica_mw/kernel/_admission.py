@@ -244,7 +244,7 @@ def begin(
 ) -> CallNode | None:
     node, fresh = admit(ctx, kind, options, key, parent_id, False)
     while node is None and fresh:  # an Ask (on_limit)
-        if not fresh.level._on_limit.ask(fresh):  # type: ignore[attr-defined]
+        if not fresh.level._on_limit.ask(fresh):
             return None
         node, fresh = admit(ctx, kind, options, key, parent_id, False)
     if node is None or not fresh:
@@ -260,7 +260,7 @@ async def abegin(
 ) -> CallNode | None:
     node, fresh = admit(ctx, kind, options, key, parent_id, False)
     while node is None and fresh:  # an Ask (on_limit)
-        if not await fresh.level._on_limit.aask(fresh):  # type: ignore[attr-defined]
+        if not await fresh.level._on_limit.aask(fresh):
             return None
         node, fresh = admit(ctx, kind, options, key, parent_id, False)
     if node is None or not fresh:
