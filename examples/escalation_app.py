@@ -104,6 +104,11 @@ async def job_status(job: str) -> dict[str, Any]:
     return jobs.get(job, {"status": "unknown"})
 
 
+@app.get("/searches")
+async def searches_run() -> dict[str, int]:
+    return {"searches": len(searches)}
+
+
 app.mount("/approvals", queue.asgi_app())
 app.add_middleware(VeronicaASGIMiddleware, config=LIMITS, exclude_paths=["/approvals/"], on_limit=ask)
 
