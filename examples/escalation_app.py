@@ -66,7 +66,11 @@ async def research(ctx: ExecutionContext, topic: str, steps: int) -> dict[str, A
         await ctx.acall_tool(search, topic, page, options=WrapOptions(operation_name="search"))
         for page in range(steps)
     ]
-    return {"notes": len(notes), "steps_used": ctx.get_snapshot().step_count, "max_steps": ctx.config.max_steps}
+    return {
+        "notes": len(notes),
+        "steps_used": ctx.get_snapshot().step_count,
+        "max_steps": ctx.config.max_steps,
+    }
 
 
 app = FastAPI(title="veronica-mw budget escalation")

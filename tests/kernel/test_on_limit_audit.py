@@ -26,7 +26,12 @@ def test_granted_and_rejected_escalations_are_audit_records(tmp_path: Path) -> N
     assert ran == 2 and answers == []
     events = [r for r in iter_records([tmp_path / "audit.jsonl"]) if r.get("type") == "event"]
     kinds = [r["kind"] for r in events if r["kind"].startswith("escalation")]
-    assert kinds == ["escalation_requested", "escalation_granted", "escalation_requested", "escalation_rejected"]
+    assert kinds == [
+        "escalation_requested",
+        "escalation_granted",
+        "escalation_requested",
+        "escalation_rejected",
+    ]
     granted = next(r for r in events if r["kind"] == "escalation_granted")
     assert granted["chain"] == ctx.chain_id and granted["data"]["add_steps"] == 1
     assert granted["data"]["max_steps"] == 2 and "alice" in granted["detail"]

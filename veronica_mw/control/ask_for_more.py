@@ -21,7 +21,8 @@ import threading
 import time
 from typing import Any
 
-from ..kernel._escalate import ASKED, Ask
+from ..kernel._escalate import ASKED, grant
+from ..kernel._lineage import refuse
 from ..kernel._state import ContextState
 from .approval import ApprovalRequest, Approve, Approver, Edit, Reject, _bounded, _in_thread, _is_async
 
@@ -29,6 +30,36 @@ __all__ = ["AskForMore"]
 
 # What a caller waits beyond the approver's timeout (scheduling, the grant itself).
 _GRACE_S = 1.0
+Outcome = tuple[float, int, str]  # (USD added, steps added, what was decided)
+
+
+class Ask:
+    """One refused caller's part in its level's pending ask (what the kernel's admission claimed:
+    ``veronica_mw.kernel._escalate.claim``): the ``first`` caller asks, every caller waits."""
+
+    __slots__ = ("ctx", "level", "i", "refusal", "future", "first")
+
+    def __init__(self, claimed: tuple[Any, ...]) -> None:
+        self.ctx: ContextState = claimed[0]
+        self.level: ContextState = claimed[1]
+        self.i: int = claimed[2]
+        self.refusal: tuple[Any, str, bool] = claimed[3]
+        self.future: concurrent.futures.Future[Outcome] = claimed[4]
+        self.first: bool = claimed[5]
+
+    def grant(self, outcome: Outcome) -> None:
+        grant(self.level, self.future, *outcome)
+
+    def settle(self, outcome: Outcome) -> bool:
+        """Granted: admit the call again (unless a deadline passed meanwhile); else the ordinary
+        halt, the decision in its detail."""
+        if self.ctx._halted_now():
+            return False
+        if outcome[0] > 0 or outcome[1] > 0:
+            return True
+        reason, detail, reached = self.refusal
+        refuse(self.ctx, self.i, (reason, f"{detail}; asked for more: {outcome[2]}", reached))
+        return False
 
 
 def _amount(value: Any, name: str, integer: bool) -> Any:
@@ -116,7 +147,7 @@ class AskForMore:
         )  # fmt: skip
         return request
 
-    def _grant(self, dimension: str, offer: float, answer: Any) -> tuple[float, int, str]:
+    def _grant(self, dimension: str, offer: float, answer: Any) -> Outcome:
         """The approver's answer as ``(add_usd, add_steps, note)``: fail closed on anything odd."""
         who = getattr(answer, "approver", None)
         by = f" by {who}" if who else ""
@@ -151,31 +182,33 @@ class AskForMore:
     def _bound(self, wait_s: float | None) -> float:
         return self.timeout_s + _GRACE_S if wait_s is None else min(wait_s, self.timeout_s + _GRACE_S)
 
-    def ask(self, ask: Ask) -> bool:
+    def ask(self, claimed: tuple[Any, ...]) -> bool:
         """Blocking: the first caller asks (an async approver runs on a helper thread's loop), the
         others wait for its decision; whether to admit the call again."""
+        ask = Ask(claimed)
         wait_s = self._wait_s(ask)
         if ask.first:
-            decided: tuple[float, int, str] = (0.0, 0, "the asking call was interrupted")
+            decided: Outcome = (0.0, 0, "the asking call was interrupted")
             try:
                 decided = self._decide_blocking(ask, wait_s)
             finally:  # whatever happens, the waiters get a decision
-                ask.grant(*decided)
+                ask.grant(decided)
         try:
             outcome = ask.future.result(self._bound(wait_s))
         except concurrent.futures.TimeoutError:
             outcome = (0.0, 0, "no decision before the deadline")
         return ask.settle(outcome)
 
-    async def aask(self, ask: Ask) -> bool:
+    async def aask(self, claimed: tuple[Any, ...]) -> bool:
         """:meth:`ask` without blocking the event loop."""
+        ask = Ask(claimed)
         wait_s = self._wait_s(ask)
         if ask.first:
-            outcome: tuple[float, int, str] = (0.0, 0, "the asking call was cancelled")
+            outcome: Outcome = (0.0, 0, "the asking call was cancelled")
             try:
                 outcome = await self._decide(ask, wait_s)
             finally:
-                ask.grant(*outcome)
+                ask.grant(outcome)
         try:
             shared = asyncio.shield(asyncio.wrap_future(ask.future))
             outcome = await asyncio.wait_for(shared, self._bound(wait_s))
@@ -188,7 +221,7 @@ class AskForMore:
         offer, why = self._offer(ask.level, dimension)
         return dimension, offer, (self._request(ask, dimension, offer, wait_s) if offer > 0 else why)
 
-    def _decide_blocking(self, ask: Ask, wait_s: float | None) -> tuple[float, int, str]:
+    def _decide_blocking(self, ask: Ask, wait_s: float | None) -> Outcome:
         try:
             dimension, offer, request = self._prepare(ask, wait_s)
             if isinstance(request, str):
@@ -213,7 +246,7 @@ class AskForMore:
             answer = exc
         outcome.append(answer)
 
-    async def _decide(self, ask: Ask, wait_s: float | None) -> tuple[float, int, str]:
+    async def _decide(self, ask: Ask, wait_s: float | None) -> Outcome:
         try:
             dimension, offer, request = self._prepare(ask, wait_s)
             if isinstance(request, str):

@@ -243,9 +243,7 @@ def begin(
     ctx: ContextState, kind: str, options: WrapOptions, key: Any, parent_id: int | None, inline: bool
 ) -> CallNode | None:
     node, fresh = admit(ctx, kind, options, key, parent_id, False)
-    while node is None and fresh:  # an Ask (on_limit)
-        if not fresh.level._on_limit.ask(fresh):
-            return None
+    while node is None and fresh and fresh[1]._on_limit.ask(fresh):  # on_limit granted more
         node, fresh = admit(ctx, kind, options, key, parent_id, False)
     if node is None or not fresh:
         return node  # type: ignore[return-value]
@@ -259,9 +257,7 @@ async def abegin(
     ctx: ContextState, kind: str, options: WrapOptions, key: Any, parent_id: int | None, inline: bool
 ) -> CallNode | None:
     node, fresh = admit(ctx, kind, options, key, parent_id, False)
-    while node is None and fresh:  # an Ask (on_limit)
-        if not await fresh.level._on_limit.aask(fresh):
-            return None
+    while node is None and fresh and await fresh[1]._on_limit.aask(fresh):  # on_limit granted more
         node, fresh = admit(ctx, kind, options, key, parent_id, False)
     if node is None or not fresh:
         return node  # type: ignore[return-value]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from .config import ExecutionConfig
 from .context import get_current_execution_context
@@ -13,15 +12,14 @@ from .execution import ExecutionContext
 class ContextBinding:
     """Resolve, at call time: the explicit ``context``; else the current one (request middleware or
     an entered ``ExecutionContext``); else one context owned by this binding, built lazily from
-    ``config`` (and ``on_limit``, a :class:`veronica_mw.AskForMore`); else ``None`` (the call runs
-    uncontained).
+    ``config`` (and ``on_limit``); else ``None`` (the call runs uncontained).
     """
 
     __slots__ = ("_explicit", "_config", "_owned", "_lock", "_on_limit")
 
     def __init__(
         self, context: ExecutionContext | None = None, config: ExecutionConfig | None = None,
-        on_limit: Any = None,
+        on_limit: object = None,
     ) -> None:  # fmt: skip
         if context is not None and not isinstance(context, ExecutionContext):
             raise TypeError(f"context must be an ExecutionContext, got {type(context).__name__}")

@@ -110,9 +110,7 @@ class ExecutionContext(CallAPI):
     detaches: the context escapes the enclosing limits (use it only for work that must outlive
     them). ``name`` labels the context in snapshots and :meth:`tree`. ``on_warn(event)`` is called
     for each soft limit passed (``ExecutionConfig.warn_at``); children inherit the parent's
-    ``on_warn``, observers, circuit breaker and tenant budget. ``on_limit``: a
-    :class:`veronica_mw.AskForMore` asked before a call is refused by this context's own cost or
-    step limit (not inherited: a child without one halts).
+    ``on_warn``, observers, circuit breaker and tenant budget (not ``on_limit``: see AskForMore).
     """
 
     __slots__ = ()
