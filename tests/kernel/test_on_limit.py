@@ -371,3 +371,15 @@ def test_sync_and_async_callers_share_one_ask() -> None:
     thread.join(5)
     assert len(approver.requests) == 1
     assert sorted(outcomes) == ["halted", "ran", "ran"] and ctx.get_snapshot().step_count == 4
+
+
+def test_an_adapters_owned_context_asks_too() -> None:
+    # Every adapter that builds its own context from config= does it through ContextBinding.
+    from veronica_mw import ContextBinding
+
+    approver = Approver()
+    binding = ContextBinding(config=config(), on_limit=AskForMore(approver, add_steps=2))
+    owned = binding.resolve()
+    assert owned is not None
+    ran, halted = run_tools(owned, 5)
+    assert (ran, halted) == (5, None) and len(approver.requests) == 1
