@@ -57,9 +57,10 @@ class VeronicaMiddleware:
         context: ExecutionContext | None = None,
         *,
         config: ExecutionConfig | None = None,
+        on_limit: Any = None,
         cost_estimate_hint: float = 0.0,
     ) -> None:
-        self._binding = ContextBinding(context, config)
+        self._binding = ContextBinding(context, config, on_limit)
         self._config = context.config if context is not None else config
         self._llm_options = WrapOptions(operation_name="ag2.llm", cost_estimate_hint=cost_estimate_hint)
 

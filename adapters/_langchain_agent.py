@@ -100,13 +100,14 @@ class VeronicaAgentMiddleware(_Base):
         context: ExecutionContext | None = None,
         *,
         config: ExecutionConfig | None = None,
+        on_limit: Any = None,
         exit_behavior: Literal["raise", "end"] = "raise",
         cost_estimate_hint: float | None = None,
     ) -> None:
         super().__init__()
         if exit_behavior not in ("raise", "end"):
             raise ValueError(f"exit_behavior must be 'raise' or 'end', got {exit_behavior!r}")
-        self._binding = ContextBinding(context, config)
+        self._binding = ContextBinding(context, config, on_limit)
         self.exit_behavior = exit_behavior
         # None: each model call reserves its worst case (the provider layer's estimator).
         self._hint = (

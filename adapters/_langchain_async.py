@@ -56,9 +56,10 @@ class VeronicaAsyncCallbackHandler(HandlerCore, AsyncCallbackHandler):
         *,
         config: ExecutionConfig | None = None,
         cost_estimate_hint: float | None = None,
+        on_limit: Any = None,
     ) -> None:
         super().__init__()
-        self._setup(context, config, cost_estimate_hint)
+        self._setup(context, config, cost_estimate_hint, on_limit)
 
     @property
     def ignore_chain(self) -> bool:

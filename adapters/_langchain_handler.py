@@ -72,9 +72,10 @@ class HandlerCore:
     """
 
     def _setup(
-        self, context: ExecutionContext | None, config: ExecutionConfig | None, hint: float | None
-    ) -> None:
-        self._binding = ContextBinding(context, config)
+        self, context: ExecutionContext | None, config: ExecutionConfig | None, hint: float | None,
+        on_limit: Any = None,
+    ) -> None:  # fmt: skip
+        self._binding = ContextBinding(context, config, on_limit)
         # None: each model run reserves its worst case (the provider layer's estimator).
         self._hint = None if hint is None else WrapOptions(cost_estimate_hint=hint).cost_estimate_hint
         # Open steps by LangChain run id; entries live from start to end/error only.
@@ -187,9 +188,10 @@ class VeronicaCallbackHandler(HandlerCore, BaseCallbackHandler):
         *,
         config: ExecutionConfig | None = None,
         cost_estimate_hint: float | None = None,
+        on_limit: Any = None,
     ) -> None:
         super().__init__()
-        self._setup(context, config, cost_estimate_hint)
+        self._setup(context, config, cost_estimate_hint, on_limit)
 
     # Chain/retriever/custom events carry no model or tool call: skip them cheaply.
     @property

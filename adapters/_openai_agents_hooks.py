@@ -109,10 +109,11 @@ class VeronicaRunHooks(RunHooks[Any]):
         context: ExecutionContext | None = None,
         *,
         config: ExecutionConfig | None = None,
+        on_limit: Any = None,
         cost_estimate_hint: float = 0.0,
     ) -> None:
         super().__init__()
-        self.binding = ContextBinding(context, config)
+        self.binding = ContextBinding(context, config, on_limit)
         # Validated now rather than at the first call.
         self.cost_estimate_hint = WrapOptions(cost_estimate_hint=cost_estimate_hint).cost_estimate_hint
         self._open = OpenCalls()

@@ -193,10 +193,11 @@ class VeronicaCrewAIHooks:
         context: ExecutionContext | None = None,
         *,
         config: ExecutionConfig | None = None,
+        on_limit: Any = None,
         llm_cost_hint: float | None = None,
         tool_cost_hint: float = 0.0,
     ) -> None:
-        self.binding = ContextBinding(context, config)
+        self.binding = ContextBinding(context, config, on_limit)
         # Validated now rather than at the first call. None: each model call's worst case.
         self.llm_cost_hint = (
             None

@@ -56,7 +56,7 @@ __all__ = ["VeronicaMiddleware", "middleware_options", "wrap_wsgi_application"]
 _LIMITS = ("max_cost_usd", "max_steps", "max_retries_total", "timeout_ms", "warn_at")
 _OPTIONS = (
     "config", "default_config", "exclude_paths", "budget_pool", "usage_headers", "circuit_breaker", "checks",
-    "policies", "audit", "instrument", "on_warn",
+    "policies", "audit", "instrument", "on_warn", "on_limit",
 )  # fmt: skip
 
 
@@ -117,6 +117,10 @@ def middleware_options() -> dict[str, Any]:
     if on_warn is not None and not callable(on_warn):
         raise ImproperlyConfigured("settings.VERONICA['on_warn'] must be a callable (event) -> None")
     options["on_warn"] = on_warn
+    on_limit = _loaded(raw.get("on_limit"))
+    if on_limit is not None and not callable(getattr(on_limit, "aask", None)):
+        raise ImproperlyConfigured("settings.VERONICA['on_limit'] must be a veronica_mw.AskForMore")
+    options["on_limit"] = on_limit
     options["usage_headers"] = bool(raw.get("usage_headers", False))
     for key in ("checks", "policies"):
         value = raw.get(key, ())
@@ -197,7 +201,7 @@ class VeronicaMiddleware:
         self._usage = options["usage_headers"]
         self._breaker = options["circuit_breaker"]
         self._options = context_options(
-            options["checks"], options["policies"], options["audit"], options["on_warn"]
+            options["checks"], options["policies"], options["audit"], options["on_warn"], options["on_limit"]
         )
         self._audit: tuple[Observer, ...] = (options["audit"],) if options["audit"] is not None else ()
         if options["instrument"]:

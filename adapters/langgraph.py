@@ -130,6 +130,7 @@ def veronica_node(
     name: str | None = None,
     context: ExecutionContext | None = None,
     config: ExecutionConfig | None = None,
+    on_limit: Any = None,
 ) -> F: ...
 
 
@@ -141,6 +142,7 @@ def veronica_node(
     name: str | None = None,
     context: ExecutionContext | None = None,
     config: ExecutionConfig | None = None,
+    on_limit: Any = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -151,6 +153,7 @@ def veronica_node(
     name: str | None = None,
     context: ExecutionContext | None = None,
     config: ExecutionConfig | None = None,
+    on_limit: Any = None,
 ) -> Any:
     """Run each execution of a LangGraph node function as one step of ``kind`` ("tool" or "llm").
 
@@ -160,7 +163,7 @@ def veronica_node(
     else one context owned by this wrapper built from ``config``, else the node runs uncontained.
     """
     _check_kind(kind)
-    binding = ContextBinding(context, config)
+    binding = ContextBinding(context, config, on_limit)
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         node_name = name or getattr(func, "__name__", None) or type(func).__name__
@@ -200,6 +203,7 @@ def veronica_graph(
     kinds: Mapping[str, str] | None = None,
     context: ExecutionContext | None = None,
     config: ExecutionConfig | None = None,
+    on_limit: Any = None,
 ) -> StateGraph[Any, Any, Any, Any]:
     """Wrap every node already added to ``builder`` (call it before ``compile()``); returns ``builder``.
 
@@ -217,7 +221,7 @@ def veronica_graph(
     unknown = set(overrides) - set(builder.nodes)
     if unknown:
         raise ValueError(f"kinds names unknown nodes: {sorted(unknown)}")
-    binding = ContextBinding(context, config)
+    binding = ContextBinding(context, config, on_limit)
     for node_name, spec in list(builder.nodes.items()):
         wrapped = _wrap_runnable(spec.runnable, overrides.get(node_name, kind), node_name, binding)
         if wrapped is not spec.runnable:

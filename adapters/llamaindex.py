@@ -28,6 +28,7 @@ except ImportError as exc:
 
 import threading
 from types import TracebackType
+from typing import Any
 
 from .. import ContextBinding, ExecutionConfig, ExecutionContext, WrapOptions
 from . import _llamaindex_hooks as _hooks
@@ -57,9 +58,10 @@ class VeronicaLlamaIndexHandler:
         context: ExecutionContext | None = None,
         *,
         config: ExecutionConfig | None = None,
+        on_limit: Any = None,
         cost_estimate_hint: float | None = None,
     ) -> None:
-        self._binding = ContextBinding(context, config)
+        self._binding = ContextBinding(context, config, on_limit)
         self._hint = (  # validated
             None
             if cost_estimate_hint is None

@@ -92,9 +92,10 @@ class VeronicaCapability(AbstractCapability[Any]):
         context: ExecutionContext | None = None,
         *,
         config: ExecutionConfig | None = None,
+        on_limit: Any = None,
         cost_estimate_hint: float | None = None,
     ) -> None:
-        self.binding = ContextBinding(context, config)
+        self.binding = ContextBinding(context, config, on_limit)
         self.cost_estimate_hint = (
             None
             if cost_estimate_hint is None

@@ -10,6 +10,7 @@ from ..kernel._control import install_verifier_builder
 from ..kernel.exceptions import OutputRejected, ToolCallRejected
 from ._suite import CheckSuite
 from .approval import ApprovalRequest, Approve, Edit, Reject, RequireApproval
+from .ask_for_more import AskForMore
 from .checks import CheckResult, Forbidden, JsonOutput, MaxLength
 from .downgrade import DowngradeAt
 from .outputs import ModelOutput, ToolCall, extract_text
@@ -21,6 +22,7 @@ __all__ = [
     "ApprovalQueue",
     "ApprovalRequest",
     "Approve",
+    "AskForMore",
     "CheckResult",
     "CheckSuite",
     "DowngradeAt",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import _lineage, _settle
+from . import _escalate, _lineage, _settle
 from . import observer as _obs
 from ._ledger import EPSILON
 from ._node import HELD, CallNode, current_node
@@ -55,9 +55,10 @@ def _clear(
 
 def admit(
     ctx: ContextState, kind: str, options: WrapOptions, key: Any, parent_id: int | None, record: bool
-) -> tuple[CallNode | int | None, bool]:
+) -> tuple[CallNode | int | None, Any]:
     """Every check and the reservation: (the node, or with ``record`` its id; whether new). ``(None,
-    False)`` is a refusal (the context halted); an open node of the same ``key`` is returned as is."""
+    False)`` is a refusal (the context halted), ``(None, ask)`` one a level's on_limit may lift (see
+    :mod:`._escalate`); an open node of the same ``key`` is returned as is."""
     if kind != "llm" and kind != "tool":
         raise ValueError(f"kind must be 'llm' or 'tool', got {kind!r}")
     own = ctx._ledger
@@ -108,7 +109,9 @@ def admit(
                     or (kind == "llm" and ledger.committed + EPSILON >= config.max_cost_usd)
                 )
             ):
-                refused = (levels.index(ledger), ledger.refusal(kind, hint))
+                i = levels.index(ledger)
+                refusal = ledger.refusal(kind, hint)  # on_limit: claimed under the lock (one ask)
+                refused = (i, refusal, None if record else _escalate.claim(ctx, i, refusal))
                 break
         else:
             for ledger in levels:
@@ -134,7 +137,9 @@ def admit(
         for ledger in levels:
             ledger.lock.release()
     if refused is not None:
-        _lineage.refuse(ctx, *refused)
+        if refused[2] is not None:
+            return None, refused[2]  # begin asks for more outside the locks, then admits again
+        _lineage.refuse(ctx, refused[0], refused[1])
         return _REFUSED
     if own.steps > own.step_gate:  # the step limit, or a soft limit before it: warn
         ctx._soft_limit("steps")
@@ -238,6 +243,8 @@ def begin(
     ctx: ContextState, kind: str, options: WrapOptions, key: Any, parent_id: int | None, inline: bool
 ) -> CallNode | None:
     node, fresh = admit(ctx, kind, options, key, parent_id, False)
+    while node is None and fresh and fresh[1]._on_limit.ask(fresh):  # on_limit granted more
+        node, fresh = admit(ctx, kind, options, key, parent_id, False)
     if node is None or not fresh:
         return node  # type: ignore[return-value]
     if ctx._budgets and not hold(ctx, node):  # type: ignore[arg-type]
@@ -250,6 +257,8 @@ async def abegin(
     ctx: ContextState, kind: str, options: WrapOptions, key: Any, parent_id: int | None, inline: bool
 ) -> CallNode | None:
     node, fresh = admit(ctx, kind, options, key, parent_id, False)
+    while node is None and fresh and await fresh[1]._on_limit.aask(fresh):  # on_limit granted more
+        node, fresh = admit(ctx, kind, options, key, parent_id, False)
     if node is None or not fresh:
         return node  # type: ignore[return-value]
     if ctx._budgets and not (await ahold(ctx, node) if ctx._abudgets else hold(ctx, node)):  # type: ignore[arg-type]

@@ -41,7 +41,6 @@ class Ledger:
     )  # fmt: skip
 
     def __init__(self, config: ExecutionConfig) -> None:
-        self.config = config
         self.lock = threading.Lock()
         self.steps = 0
         self.committed = 0.0
@@ -53,6 +52,11 @@ class Ledger:
         self.retry_after: float | None = None
         self.http_status = 429
         self.warned: list[tuple[str, float]] | None = None
+        self.raise_to(config)
+
+    def raise_to(self, config: ExecutionConfig) -> None:
+        """Take these limits (a new context's, or raised by on_limit under the lock): gates anew."""
+        self.config = config
         if config.warn_at:
             first = config.warn_at[0]
             self.cost_gate = _cost_gate(config, threshold(first, config.max_cost_usd))

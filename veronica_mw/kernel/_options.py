@@ -1,5 +1,5 @@
 """The options of a new context, checked and stored: policies, breaker, budget parent, observers,
-output checks, graph size, timeout pool, name and ``on_warn`` (see ExecutionContext)."""
+output checks, graph size, timeout pool, name, ``on_warn`` and ``on_limit`` (see ExecutionContext)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def configure(
     divergence_threshold: int, halt_on_divergence: bool, timeout_pool: SharedTimeoutPool | None,
     observers: Iterable[_obs.Observer], checks: Iterable[Any] | OutputVerifier | None,
     audit: _obs.Observer | None, attributes: Mapping[str, str] | None, name: str,
-    on_warn: Callable[[ExecutionEvent], Any] | None,
+    on_warn: Callable[[ExecutionEvent], Any] | None, on_limit: Any = None,
 ) -> None:  # fmt: skip
     """Set up ``ctx`` (its state, then each option given); a bad option raises TypeError/ValueError.
     Options left at their default keep the class-level default: nothing is stored for them."""
@@ -41,6 +41,8 @@ def configure(
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     if on_warn is not None and not callable(on_warn):
         raise TypeError("on_warn must be callable (event) -> None")
+    if on_limit is not None and not callable(getattr(on_limit, "aask", None)):
+        raise TypeError(f"on_limit must be a veronica_mw.AskForMore, got {on_limit!r}")
     ContextState.__init__(ctx, config)
     if observers:
         ctx._observers = tuple(observers)
@@ -76,7 +78,9 @@ def configure(
     ctx._name = name  # a slot: request contexts are named (their path)
     if on_warn is not None:
         ctx._on_warn = on_warn
+    if on_limit is not None:
+        ctx._on_limit = on_limit
     # Nothing outside the kernel sees a call's node: the call forms keep records (see _calls).
-    ctx._plain = not (
+    ctx._plain = on_limit is None and not (
         pipeline or circuit_breaker is not None or budget_parent is not None or ctx._observers or checks
     )

@@ -86,6 +86,8 @@ class ContextState:
     _bound = False  # whether nesting is decided (a context may nest when first entered)
     _children: deque[ContextState] | None = None
     _on_warn: Callable[[ExecutionEvent], Any] | None = None
+    _on_limit: Any = None  # asks for more at this context's own limit (not inherited; see _escalate)
+    _asking: Any = None  # the pending ask's Future, under the lock
 
     def __init__(self, config: ExecutionConfig) -> None:
         self.config = config

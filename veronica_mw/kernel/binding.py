@@ -12,14 +12,15 @@ from .execution import ExecutionContext
 class ContextBinding:
     """Resolve, at call time: the explicit ``context``; else the current one (request middleware or
     an entered ``ExecutionContext``); else one context owned by this binding, built lazily from
-    ``config``; else ``None`` (the call runs uncontained).
+    ``config`` (and ``on_limit``); else ``None`` (the call runs uncontained).
     """
 
-    __slots__ = ("_explicit", "_config", "_owned", "_lock")
+    __slots__ = ("_explicit", "_config", "_owned", "_lock", "_on_limit")
 
     def __init__(
-        self, context: ExecutionContext | None = None, config: ExecutionConfig | None = None
-    ) -> None:
+        self, context: ExecutionContext | None = None, config: ExecutionConfig | None = None,
+        on_limit: object = None,
+    ) -> None:  # fmt: skip
         if context is not None and not isinstance(context, ExecutionContext):
             raise TypeError(f"context must be an ExecutionContext, got {type(context).__name__}")
         if config is not None and not isinstance(config, ExecutionConfig):
@@ -27,6 +28,7 @@ class ContextBinding:
         self._explicit = context
         self._config = config
         self._owned: ExecutionContext | None = None
+        self._on_limit = on_limit
         self._lock = threading.Lock()
 
     @property
@@ -45,7 +47,7 @@ class ContextBinding:
         if owned is None:
             with self._lock:
                 if self._owned is None:
-                    self._owned = ExecutionContext(self._config)
+                    self._owned = ExecutionContext(self._config, on_limit=self._on_limit)
                 owned = self._owned
         return owned
 

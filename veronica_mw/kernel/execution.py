@@ -110,7 +110,7 @@ class ExecutionContext(CallAPI):
     detaches: the context escapes the enclosing limits (use it only for work that must outlive
     them). ``name`` labels the context in snapshots and :meth:`tree`. ``on_warn(event)`` is called
     for each soft limit passed (``ExecutionConfig.warn_at``); children inherit the parent's
-    ``on_warn``, observers, circuit breaker and tenant budget.
+    ``on_warn``, observers, circuit breaker and tenant budget (not ``on_limit``: see AskForMore).
     """
 
     __slots__ = ()
@@ -123,11 +123,11 @@ class ExecutionContext(CallAPI):
         checks: Iterable[Any] | OutputVerifier | None = None, audit: _obs.Observer | None = None,
         attributes: Mapping[str, str] | None = None,
         parent: ExecutionContext | None | _Parent = _Parent.CURRENT, name: str = "",
-        on_warn: Callable[[ExecutionEvent], Any] | None = None,
+        on_warn: Callable[[ExecutionEvent], Any] | None = None, on_limit: Any = None,
     ) -> None:  # fmt: skip
         configure(
             self, config, pipeline, circuit_breaker, budget_parent, graph_capacity, divergence_threshold,
-            halt_on_divergence, timeout_pool, observers, checks, audit, attributes, name, on_warn,
+            halt_on_divergence, timeout_pool, observers, checks, audit, attributes, name, on_warn, on_limit,
         )  # fmt: skip
         if parent is _CURRENT:
             if _current() is not None:

@@ -77,6 +77,8 @@ class VeronicaASGIMiddleware:
     served are contained too; ``False`` leaves the SDKs alone.
     ``on_warn``: called with the ``soft_limit`` event when a request's context passes one of its
     config's ``warn_at`` fractions (a callback that raises is logged; the request goes on).
+    ``on_limit``: a :class:`veronica_mw.AskForMore`: a request at its cost or step limit asks a
+    person for more and waits (its connection open, its deadline running) for the decision.
     A request served inside an entered ``ExecutionContext`` (an app called from a test or a job)
     gets a child of that context. Applied twice (wrapped and also added), the inner copy passes
     requests straight through.
@@ -97,9 +99,10 @@ class VeronicaASGIMiddleware:
         audit: Observer | None = None,
         instrument: bool = True,
         on_warn: WarnCallback | None = None,
+        on_limit: Any = None,
     ) -> None:
         self.app = app
-        self._options = context_options(checks, policies, audit, on_warn)
+        self._options = context_options(checks, policies, audit, on_warn, on_limit)
         self._audit: tuple[Observer, ...] = (audit,) if audit is not None else ()
         self._resolver = ConfigResolver(config, default_config=default_config, exclude_paths=exclude_paths)
         # The common case, one static config and no exclusions, skips resolution per request.

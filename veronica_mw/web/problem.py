@@ -292,9 +292,10 @@ def context_options(
     policies: Iterable[RuntimePolicy] = (),
     audit: _obs.Observer | None = None,
     on_warn: WarnCallback | None = None,
+    on_limit: Any = None,
 ) -> dict[str, Any] | None:
-    """The ``checks=``/``policies=``/``audit=``/``on_warn=`` of a middleware as keyword arguments
-    for every request's :class:`~veronica_mw.ExecutionContext` (built and validated once; None
+    """The ``checks=``/``policies=``/``audit=``/``on_warn=``/``on_limit=`` of a middleware as keyword
+    arguments for every request's :class:`~veronica_mw.ExecutionContext` (built and validated once; None
     when all are empty).
 
     The pipeline and the checks are shared by all requests: policies decide from what each call's
@@ -317,6 +318,10 @@ def context_options(
         if not callable(on_warn):
             raise TypeError(f"on_warn must be callable (event) -> None, got {type(on_warn).__name__}")
         options["on_warn"] = on_warn
+    if on_limit is not None:
+        if not callable(getattr(on_limit, "aask", None)):
+            raise TypeError(f"on_limit must be a veronica_mw.AskForMore, got {type(on_limit).__name__}")
+        options["on_limit"] = on_limit  # one AskForMore; each request's context asks on its own
     return options or None
 
 

@@ -318,7 +318,9 @@ class VeronicaWSGIMiddleware:
     ``instrument``: patch every installed provider SDK once (``veronica_mw.instrument()``), so
     direct SDK calls made while a request is served are contained too; ``False`` leaves the SDKs
     alone. ``on_warn``: called with each ``soft_limit`` event of a request's context (its config's
-    ``warn_at``); a callback that raises is logged and the request goes on.
+    ``warn_at``); a callback that raises is logged and the request goes on. ``on_limit``: a
+    :class:`veronica_mw.AskForMore`: a request at its cost or step limit asks a person for more
+    and waits (its worker busy, its deadline running) for the decision.
     """
 
     def __init__(
@@ -336,6 +338,7 @@ class VeronicaWSGIMiddleware:
         audit: Observer | None = None,
         instrument: bool = True,
         on_warn: WarnCallback | None = None,
+        on_limit: Any = None,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI callable, got {type(app).__name__}")
@@ -348,7 +351,7 @@ class VeronicaWSGIMiddleware:
         self._pool = budget_pool
         self._usage = bool(usage_headers)
         self._breaker = circuit_breaker
-        self._options = context_options(checks, policies, audit, on_warn)
+        self._options = context_options(checks, policies, audit, on_warn, on_limit)
         self._audit: tuple[Observer, ...] = (audit,) if audit is not None else ()
         if instrument:
             instrument_sdks()
