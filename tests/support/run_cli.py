@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ROOT", "run_script"]
+__all__ = ["ROOT", "refused_at", "run_script"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,3 +46,12 @@ def run_script(
     except ValueError:
         raise AssertionError(f"no JSON report (exit {done.returncode}):\n{done.stderr[-3000:]}") from None
     return done, report
+
+
+def refused_at(report: dict[str, Any]) -> float:
+    """What the refused call would have brought the run to (spent + reserved + its own worst case),
+    read from a ``budget_exceeded`` report's detail: more than the budget, or it was not refused."""
+    detail = str(report["detail"])
+    left, sep, _ = detail.rpartition(" > ")
+    assert report["reason"] == "budget_exceeded" and sep, detail
+    return sum(float(part.split()[-1]) for part in left.split(" + "))
