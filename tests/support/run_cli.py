@@ -50,8 +50,10 @@ def run_script(
 
 def refused_at(report: dict[str, Any]) -> float:
     """What the refused call would have brought the run to (spent + reserved + its own worst case),
-    read from a ``budget_exceeded`` report's detail: more than the budget, or it was not refused."""
+    from a ``budget_exceeded`` report: more than the budget, or it was not refused. The detail's
+    figures are rounded; the spent part is taken exact from ``cost_usd``."""
     detail = str(report["detail"])
     left, sep, _ = detail.rpartition(" > ")
-    assert report["reason"] == "budget_exceeded" and sep, detail
-    return sum(float(part.split()[-1]) for part in left.split(" + "))
+    parts = left.split(" + ")
+    assert report["reason"] == "budget_exceeded" and sep and parts[0].startswith("cost "), detail
+    return float(report["cost_usd"]) + sum(float(part.split()[-1]) for part in parts[1:])
