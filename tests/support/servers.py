@@ -14,11 +14,13 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import uvicorn
 
 __all__ = ["UvicornServer"]
+
+_S = TypeVar("_S", bound="UvicornServer")
 
 
 class UvicornServer:
@@ -38,7 +40,7 @@ class UvicornServer:
             target=self.server.run, kwargs={"sockets": [self.sock]}, name="uvicorn-test", daemon=True
         )
 
-    def start(self) -> UvicornServer:
+    def start(self: _S) -> _S:
         self.thread.start()
         deadline = time.monotonic() + self.hang_guard_s
         while not self.server.started:
@@ -54,7 +56,7 @@ class UvicornServer:
             self.thread.join(self.hang_guard_s)
         self.sock.close()
 
-    def __enter__(self) -> UvicornServer:
+    def __enter__(self: _S) -> _S:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
