@@ -33,7 +33,8 @@ _undo: list[Callable[[], None]] = []
 def _legacy() -> Callable[[], None]:
     from autogen import ConversableAgent  # type: ignore[import-not-found, unused-ignore]
 
-    from ._ag2_legacy import _MARK, VeronicaCapability
+    from ._ag2_legacy import VeronicaCapability
+    from ._ag2_legacy_llm import MARK as _MARK
 
     shared = VeronicaCapability()
     shared.automatic = True

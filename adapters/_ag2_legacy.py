@@ -2,11 +2,8 @@
 
 Where each part hooks in, and why there:
 
-* LLM step: a ``safeguard_llm_inputs`` hook begins it right before ``OpenAIWrapper.create``; on
-  HALT it raises, so the model is not called. (Returning ``None`` from that hook would make AG2
-  send the canned reply "LLM call blocked by safeguard" and carry on, which is not a stop.) A
-  ``safeguard_llm_outputs`` hook commits the cost the model client reported, read as the change
-  of the client's ``actual_usage_summary`` across the call.
+* LLM step: begun by a ``safeguard_llm_inputs`` hook (on HALT it raises, so the model is not
+  called), committed by ``safeguard_llm_outputs``: see :mod:`._ag2_legacy_llm`.
 * Tool step: the agent's ``execute_function``/``a_execute_function`` are wrapped on the instance
   (see :mod:`._ag2_tools`); a refused call is never run.
 * Stopping: the built-in reply functions (model and tool replies) are swapped, through
@@ -38,14 +35,14 @@ except ImportError as _exc:
 import functools
 import inspect
 import threading
-from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
-from .. import CallNode, ContextBinding, ExecutionConfig, ExecutionContext, ExecutionHalted, WrapOptions
+from .. import ContextBinding, ExecutionConfig, ExecutionContext, ExecutionHalted, WrapOptions
 from .. import get_current_execution_context as _current
-from . import _ag2_claims, _provider_claims
+from ._ag2_legacy_llm import MARK as _MARK
+from ._ag2_legacy_llm import AgentState as _AgentState
+from ._ag2_legacy_llm import LlmSteps, ReplyFunc
 from ._ag2_tools import async_executor, sync_executor
-from ._ag2_usage import UsageSnapshot, commit_llm, usage_snapshot
 
 __all__ = ["VeronicaCapability"]
 
@@ -59,31 +56,9 @@ _REPLY_FUNCS = (
     "a_generate_function_call_reply",
 )
 _SHADOWED = ("execute_function", "a_execute_function", "_generate_oai_reply_from_client")
-_MARK = "_veronica_capability"
-ReplyFunc = Callable[..., Any]
 
 
-class _Pending(NamedTuple):
-    node: CallNode
-    client: Any
-    before: UsageSnapshot
-
-
-class _AgentState:
-    """What one capability keeps about one agent, stored on the agent so it dies with it."""
-
-    __slots__ = ("owner", "hooks", "replies", "shadowed", "bound", "pending")
-
-    def __init__(self, owner: VeronicaCapability, hooks: tuple[tuple[str, Callable[..., Any]], ...]) -> None:
-        self.owner = owner
-        self.hooks = hooks
-        self.replies: list[tuple[ReplyFunc, ReplyFunc]] = []  # (original, wrapper)
-        self.shadowed: dict[str, Any] = {}  # name -> instance attribute it hid (None: the class method)
-        self.bound: ExecutionContext | None = None  # resolved when the agent's latest reply started
-        self.pending: _Pending | None = None  # the model call between the two safeguard hooks
-
-
-class VeronicaCapability(AgentCapability):  # type: ignore[misc, unused-ignore]
+class VeronicaCapability(LlmSteps, AgentCapability):  # type: ignore[misc, unused-ignore]
     """Contain AG2 0.14 ``ConversableAgent`` conversations: add it to every agent that calls a model
     or runs tools (one instance may serve several agents, which then share one budget).
 
@@ -271,64 +246,3 @@ class VeronicaCapability(AgentCapability):  # type: ignore[misc, unused-ignore]
         if isinstance(exc, ExecutionHalted) and self._on_halt == "terminate":
             return True, None
         raise exc
-
-    # -- LLM step --------------------------------------------------------------------------------
-
-    def _llm_input(self, agent: Any, messages: Any) -> Any:
-        state = self._state(agent)
-        ctx = self._context_for(agent) if state is not None else None
-        if state is None or ctx is None:
-            return messages
-        self._settle_llm(agent, None)  # left open by a reply function we could not wrap
-        node = ctx.begin_call("llm", self._llm_options(agent))  # raises: the model is not called
-        client = getattr(agent, "client", None)
-        state.pending = _Pending(node, client, usage_snapshot(client))
-        _ag2_claims.began(node)  # the provider SDK request sent next, in this thread, joins it
-        return messages
-
-    def _llm_options(self, agent: Any) -> WrapOptions:
-        return WrapOptions(operation_name=f"ag2:{agent.name}", cost_estimate_hint=self._hint)
-
-    def _direct_llm(self, agent: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-        """Cover model calls that bypass the hooks (``summary_method="reflection_with_llm"``)."""
-
-        @functools.wraps(original)
-        def generate(llm_client: Any, messages: Any, cache: Any = None, **kwargs: Any) -> Any:
-            state = self._state(agent)
-            ctx = None if state is not None and state.pending is not None else self._context_for(agent)
-            if ctx is None:  # uncontained, or a reply whose hook already began this step
-                return original(llm_client, messages, cache, **kwargs)
-            node = ctx.begin_call("llm", self._llm_options(agent))  # raises: the model is not called
-            before = usage_snapshot(llm_client)
-            try:
-                with _provider_claims.offered(node):  # the provider SDK request underneath joins it
-                    response = original(llm_client, messages, cache, **kwargs)
-            except Exception as exc:
-                node.fail(exc)
-                raise
-            except BaseException:
-                commit_llm(node, llm_client, before)
-                raise
-            commit_llm(node, llm_client, before, response)
-            return response
-
-        return generate
-
-    def _llm_output(self, agent: Any, response: Any) -> Any:
-        self._settle_llm(agent, None, response)
-        return response
-
-    def _settle_llm(self, agent: Any, error: BaseException | None, response: Any = None) -> None:
-        state = self._state(agent)
-        if state is None:
-            return
-        with self._lock:
-            pending, state.pending = state.pending, None
-        if pending is None:
-            return
-        _ag2_claims.settled(pending.node)
-        if isinstance(error, Exception):
-            pending.node.fail(error)
-        else:
-            # Returned (possibly with no text) or interrupted: the call ran, so it costs.
-            commit_llm(pending.node, pending.client, pending.before, response)

@@ -12,8 +12,11 @@ calls each carry their own key, so each joins its own step.
 
 :func:`install` puts the wrapper and the finder in place: ``instrument("openai-agents")`` does it
 (and :func:`remove` undoes it), and so does constructing :class:`VeronicaRunHooks`, which pins it
-for the process (explicit hooks with only ``instrument("mcp")`` must not count a call twice). Both
-are inert outside an MCP tool body: the wrapper only publishes a key, the finder only answers then.
+for the process (explicit hooks with only ``instrument("mcp")`` must not count a call twice).
+:func:`release` (``veronica_mw.uninstrument()``, through the MCP instrumentation's undo) removes it
+even when pinned, so the SDK is restored; :func:`reinstate` (the MCP instrumentation's install) puts a
+pinned one back. Both are inert outside an MCP tool body: the wrapper only publishes a key, the
+finder only answers then.
 """
 
 from __future__ import annotations
@@ -76,21 +79,43 @@ def install(*, pin: bool = False) -> None:
     with _lock:
         if pin and not _pinned:
             _pinned.append(True)
-        if _original:
-            return
-        util = _mcp_util()
-        invoke = None if util is None else util.__dict__.get("invoke_mcp_tool")
-        if isinstance(invoke, classmethod):  # guard against API drift
-            _original.append(invoke)
-            util.invoke_mcp_tool = classmethod(wrap_invoke(invoke.__func__))
-        _provider_claims.register(enclosing_tool)
+        _install()
+
+
+def _install() -> None:  # under _lock
+    if _original:
+        return
+    util = _mcp_util()
+    invoke = None if util is None else util.__dict__.get("invoke_mcp_tool")
+    if isinstance(invoke, classmethod):  # guard against API drift
+        _original.append(invoke)
+        util.invoke_mcp_tool = classmethod(wrap_invoke(invoke.__func__))
+    _provider_claims.register(enclosing_tool)
+
+
+def _remove() -> None:  # under _lock
+    _provider_claims.unregister(enclosing_tool)
+    if _original:
+        _mcp_util().invoke_mcp_tool = _original.pop()
 
 
 def remove() -> None:
     """Undo :func:`install` (idempotent), unless the run hooks pinned it."""
     with _lock:
+        if not _pinned:
+            _remove()
+
+
+def release() -> None:
+    """Undo :func:`install` even if pinned (idempotent): the MCP instrumentation is being removed,
+    and with it every patch. The pin stays, for :func:`reinstate`."""
+    with _lock:
+        _remove()
+
+
+def reinstate() -> None:
+    """Put back the join :func:`release` took away if run hooks pinned it (the MCP instrumentation is
+    being installed again, and hooks built earlier must still count an MCP tool once)."""
+    with _lock:
         if _pinned:
-            return
-        _provider_claims.unregister(enclosing_tool)
-        if _original:
-            _mcp_util().invoke_mcp_tool = _original.pop()
+            _install()

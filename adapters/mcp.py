@@ -23,6 +23,7 @@ except ImportError as exc:
 from typing import Any
 
 from .. import CallNode, ExecutionContext, WrapOptions
+from . import _openai_agents_mcp
 from . import _provider_claims as claims
 from ._provider_calls import context_now
 from ._provider_patch import Instrumentation, Patches
@@ -93,11 +94,14 @@ def _apply() -> Patches:
 def instrument() -> None:
     """Patch the MCP client session (idempotent); see the module docstring."""
     _slot.install(_apply)
+    _openai_agents_mcp.reinstate()  # the Agents SDK join that run hooks built earlier rely on
 
 
 def uninstrument() -> None:
-    """Restore the MCP client session (idempotent)."""
+    """Restore the MCP client session (idempotent), and the Agents SDK's MCP tool body that the join
+    of explicit ``VeronicaRunHooks`` wraps (:func:`instrument` puts that back while they live)."""
     _slot.remove()
+    _openai_agents_mcp.release()
 
 
 def instrumented() -> bool:

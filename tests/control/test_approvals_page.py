@@ -1,61 +1,32 @@
 """The approvals page in headless Debian chromium (selenium): sign in once, then the buttons decide.
 
-Needs ``/usr/bin/chromium`` and ``/usr/bin/chromedriver`` (Debian's chromium and chromium-driver
-packages; .ci/run installs them): the test fails, not skips, when CI=true and they are missing.
+Needs ``/usr/bin/chromium`` and ``/usr/bin/chromedriver`` (tests/support/browser.py): the test fails,
+not skips, when CI=true and they are missing.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
+from ..support.browser import headless_chromium
 from ._servers import TOKEN, AgentCall, ApprovalsServer, wait_pending
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 _addresses = (f"page{n}@example.com" for n in itertools.count())
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
-        if os.environ.get("CI") == "true":
-            pytest.fail("chromium and chromedriver are not installed (CI=true: the page test must run)")
-        pytest.skip("chromium/chromedriver not installed")
-    options = Options()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--disable-dev-shm-usage",
-        "--window-size=1200,900",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    try:
+    with headless_chromium(tmp_path_factory.mktemp("chromium-profile")) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -19,17 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
+from ..support.browser import headless_chromium, require_binaries
+
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 TOP_LEVEL = [
     "Home", "Getting started", "Concepts", "Integrations", "Checks and control", "Audit and replay",
     "Scaling out", "Observability", "Reference", "Performance", "Security", "Development", "Changelog",
@@ -69,31 +65,9 @@ def url(site: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
-        if os.environ.get("CI") == "true":
-            pytest.fail("chromium and chromedriver are not installed (CI=true: the site test must run)")
-        pytest.skip("chromium/chromedriver not installed")
-    options = Options()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--disable-dev-shm-usage",
-        "--window-size=1440,1000",  # wide enough for Material's navigation sidebar
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    try:
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with headless_chromium(profile, window_size="1440,1000") as driver:  # room for Material's sidebar
         yield driver
-    finally:
-        driver.quit()
 
 
 def test_home_page_has_title_navigation_and_a_search_that_finds_tenants(
@@ -125,3 +99,16 @@ def test_home_page_has_title_navigation_and_a_search_that_finds_tenants(
     hrefs = [link.get_attribute("href") or "" for link in results]
     assert any("/scaling-out/" in href for href in hrefs), hrefs
     browser.save_screenshot(str(tmp_path / "search.png"))
+
+
+def test_a_missing_browser_fails_under_ci_and_skips_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = str(tmp_path / "chromium")  # never created
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        require_binaries(sys.executable, missing)
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="chromium"):
+        require_binaries(missing)
+    require_binaries(sys.executable)  # present: neither

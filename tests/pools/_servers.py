@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,44 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from ..support.servers import UvicornServer
 from .conftest import free_port
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 HANG_GUARD_S = 60.0
 
 
-class ThreadedUvicorn:
-    """One uvicorn server running ``app`` in a background thread on an ephemeral port."""
+class ThreadedUvicorn(UvicornServer):
+    """One uvicorn server running ``app`` (with its lifespan) in a background thread on an ephemeral port."""
 
     def __init__(self, app: Any) -> None:
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self.port = int(self._sock.getsockname()[1])
-        self._server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="on"))
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> ThreadedUvicorn:
-        self._thread.start()
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(HANG_GUARD_S)
-        self._sock.close()
+        super().__init__(app, hang_guard_s=HANG_GUARD_S, lifespan="on")
 
 
 class UvicornWorkers:

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import logging
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 
 from veronica_mw.web.types import ASGIApp
+
+from ..support.servers import UvicornServer
 
 _PROTOCOL_ERRORS = (
     "Unexpected ASGI message",
@@ -33,35 +31,12 @@ class _Collector(logging.Handler):
         self.records.append(record)
 
 
-class LiveServer:
+class LiveServer(UvicornServer):
     """One uvicorn server running ``app`` in a background thread, with its log records."""
 
     def __init__(self, app: ASGIApp, collector: _Collector, **options: Any) -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self.port: int = self._sock.getsockname()[1]
-        config = uvicorn.Config(app, log_config=None, lifespan="off", **options)
-        self._server = uvicorn.Server(config)
+        super().__init__(app, hang_guard_s=10, **options)
         self._collector = collector
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, name="uvicorn-test", daemon=True
-        )
-
-    def start(self) -> LiveServer:
-        self._thread.start()
-        deadline = time.monotonic() + 10  # hang guard only
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                self.stop()
-                raise RuntimeError("uvicorn test server did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-        self._sock.close()
 
     @property
     def http_url(self) -> str:

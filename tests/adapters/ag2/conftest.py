@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import uvicorn
+
+from ...support.servers import UvicornServer
 
 HANG_GUARD_S = 20.0
 
@@ -22,23 +20,13 @@ def anyio_backend() -> str:
 @pytest.fixture
 def serve() -> Iterator[Callable[[Any], str]]:
     """Start an ASGI app on a real uvicorn server on 127.0.0.1 (ephemeral port); returns its URL."""
-    running: list[tuple[uvicorn.Server, threading.Thread, socket.socket]] = []
+    running: list[UvicornServer] = []
 
     def start(app: Any) -> str:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        running.append((server, thread, sock))
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+        server = UvicornServer(app, hang_guard_s=HANG_GUARD_S)
+        running.append(server)
+        return server.start().url
 
     yield start
-    for server, thread, sock in running:
-        server.should_exit = True
-        thread.join(HANG_GUARD_S)
-        sock.close()
+    for server in running:
+        server.stop()

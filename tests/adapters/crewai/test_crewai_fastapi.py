@@ -6,15 +6,11 @@ middleware, so concurrent requests each get their full budget.
 
 from __future__ import annotations
 
-import socket
 import threading
-import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from crewai.crews.crew_output import CrewOutput
 from fastapi import FastAPI
 
@@ -22,34 +18,10 @@ from veronica_mw import ExecutionConfig
 from veronica_mw.adapters.crewai import VeronicaCrewAIHooks
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
+from ...support.servers import UvicornServer
 from .fakes import Crewed
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")
-
-
-class Server:
-    """uvicorn on 127.0.0.1, ephemeral port, in a background thread."""
-
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        deadline = time.monotonic() + 10  # hang guard only
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
 
 
 class App:
@@ -84,7 +56,7 @@ def served() -> Iterator[tuple[str, App]]:
     )
     hooks = VeronicaCrewAIHooks().install()
     try:
-        with Server(wrapped) as server:
+        with UvicornServer(wrapped) as server:
             yield server.url, app
     finally:
         hooks.uninstall()

@@ -23,8 +23,9 @@ import veronica_mw
 from veronica_mw import ExecutionConfig
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
+from ...support.servers import UvicornServer
 from .fakes import MODEL, ToolLoopLLM
-from .test_crewai_fastapi import Server, assert_step_limit_429
+from .test_crewai_fastapi import assert_step_limit_429
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")
 
@@ -81,7 +82,7 @@ def served() -> Iterator[tuple[str, list[ToolLoopLLM]]]:
     assert {"crewai", "mcp"} <= set(veronica_mw.instrument())
     limits = ExecutionConfig(max_cost_usd=100.0, max_steps=STEPS, max_retries_total=0)
     try:
-        with Server(VeronicaASGIMiddleware(build(llms), config=limits)) as server:
+        with UvicornServer(VeronicaASGIMiddleware(build(llms), config=limits)) as server:
             yield server.url, llms
     finally:
         veronica_mw.uninstrument()

@@ -5,15 +5,12 @@ exactly max_steps x requests operations in total."""
 
 from __future__ import annotations
 
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from langchain.agents import create_agent
 from langchain_mcp_adapters.tools import load_mcp_tools
@@ -23,35 +20,11 @@ from mcp.shared.memory import create_connected_server_and_client_session
 import veronica_mw
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
+from ...support.servers import UvicornServer
 from .test_agent_middleware import START, AlwaysToolModel, limits
 
 STEPS = 5  # model, tool, model, tool, model: the 3rd tool run is refused
 REQUESTS = 8
-
-
-class Server:
-    """uvicorn on 127.0.0.1, ephemeral port, in a background thread."""
-
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        deadline = time.monotonic() + 30  # hang guard only
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
 
 
 def build(models: list[AlwaysToolModel], received: list[str]) -> FastAPI:
@@ -84,7 +57,7 @@ def served() -> Iterator[tuple[str, list[AlwaysToolModel], list[str]]]:
     assert {"langchain", "mcp"} <= set(veronica_mw.instrument())
     try:
         app = VeronicaASGIMiddleware(build(models, received), config=limits(max_steps=STEPS))
-        with Server(app) as server:
+        with UvicornServer(app) as server:
             yield server.url, models, received
     finally:
         veronica_mw.uninstrument()

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from typing import Annotated, Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -27,6 +23,8 @@ import veronica_mw.adapters.langchain  # noqa: F401  (registers zero-config bind
 from veronica_mw import ExecutionConfig, ExecutionContext, ExecutionHalted
 from veronica_mw.adapters.langgraph import veronica_graph
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
+
+from ...support.servers import UvicornServer
 
 
 class AgentState(TypedDict):
@@ -149,29 +147,6 @@ def test_node_kind_mismatch_counts_node_and_call_separately() -> None:
 # -- FastAPI under the ASGI middleware: the halt becomes the client's 429 -------------------------------
 
 
-class Server:
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        deadline = time.monotonic() + 10  # hang guard only
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
-
-
 @pytest.fixture
 def served() -> Iterator[tuple[str, list[Agent]]]:
     agents: list[Agent] = []
@@ -193,7 +168,7 @@ def served() -> Iterator[tuple[str, list[Agent]]]:
         return {"messages": len(state["messages"])}
 
     wrapped = VeronicaASGIMiddleware(app, config=limits(max_steps=5))
-    with Server(wrapped) as server:
+    with UvicornServer(wrapped) as server:
         yield server.url, agents
 
 

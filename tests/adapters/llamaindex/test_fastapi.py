@@ -3,15 +3,11 @@ context bounds the agent, and the halt becomes the middleware's HTTP 429."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ChatMessage
@@ -20,6 +16,7 @@ from veronica_mw import ExecutionConfig
 from veronica_mw.adapters.llamaindex import VeronicaLlamaIndexHandler
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
+from ...support.servers import UvicornServer
 from .fakes import Counter, UsageLLM, looping_llm, ping_tool
 
 pytestmark = [
@@ -59,23 +56,9 @@ def _app(counters: list[Counter], llm: UsageLLM) -> FastAPI:
 def server() -> Iterator[tuple[str, list[Counter], UsageLLM]]:
     counters: list[Counter] = []
     llm = UsageLLM()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(_app(counters, llm), log_config=None, lifespan="off")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
     with VeronicaLlamaIndexHandler():  # process-wide, bound to each request's context at call time
-        thread.start()
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not uv.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        try:
-            yield f"http://127.0.0.1:{sock.getsockname()[1]}", counters, llm
-        finally:
-            uv.should_exit = True
-            thread.join(HANG_GUARD_S)
-            sock.close()
+        with UvicornServer(_app(counters, llm), hang_guard_s=HANG_GUARD_S) as uv:
+            yield uv.url, counters, llm
 
 
 def test_agent_request_halts_with_429(server: tuple[str, list[Counter], UsageLLM]) -> None:

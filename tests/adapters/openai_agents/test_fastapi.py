@@ -4,15 +4,12 @@ request's context bounds its run, and the halt becomes the middleware's HTTP 429
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from agents import Runner
 from fastapi import FastAPI
 
@@ -21,34 +18,10 @@ from veronica_mw import ExecutionConfig
 from veronica_mw.adapters.openai_agents import VeronicaRunHooks
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
+from ...support.servers import UvicornServer
 from .fakes import Counter, looping_agent
 
 PATHS = ["/agent", "/agent-hooks", "/agent-sync", "/agent-stream"]
-
-
-class Server:
-    """uvicorn on 127.0.0.1, ephemeral port, in a background thread."""
-
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        deadline = time.monotonic() + 30  # hang guard only
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
 
 
 def build(counters: list[Counter]) -> FastAPI:
@@ -96,7 +69,7 @@ def served(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[Counter],
     limits = ExecutionConfig(max_cost_usd=5.0, max_steps=request.param, max_retries_total=2)
     veronica_mw.instrument("openai-agents")
     try:
-        with Server(VeronicaASGIMiddleware(build(counters), config=limits)) as server:
+        with UvicornServer(VeronicaASGIMiddleware(build(counters), config=limits)) as server:
             yield server.url, counters, request.param
     finally:
         veronica_mw.uninstrument()

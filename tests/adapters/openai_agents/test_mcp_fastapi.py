@@ -20,8 +20,9 @@ import veronica_mw
 from veronica_mw import ExecutionConfig
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
+from ...support.servers import UvicornServer
 from .fakes import Counter, ToolLoopModel
-from .test_fastapi import Server, assert_step_limit_429
+from .test_fastapi import assert_step_limit_429
 
 MCP_SERVER = Path(__file__).with_name("mcp_ping_server.py")
 STEPS = 5  # model, ping, model, ping, model: the 3rd ping is refused
@@ -49,7 +50,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Counter, Path]]:
     limits = ExecutionConfig(max_cost_usd=100.0, max_steps=STEPS, max_retries_total=0)
     veronica_mw.instrument("openai-agents", "mcp")
     try:
-        with Server(VeronicaASGIMiddleware(build(counter, log), config=limits)) as server:
+        with UvicornServer(VeronicaASGIMiddleware(build(counter, log), config=limits)) as server:
             yield server.url, counter, log
     finally:
         veronica_mw.uninstrument()

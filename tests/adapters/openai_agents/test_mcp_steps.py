@@ -138,3 +138,33 @@ def test_veronica_mw_run_counts_an_mcp_tool_once(tmp_path: Path) -> None:
     assert done.stdout.split()[-1:] == ["3"] and log.read_text().count("ping") == 3
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert (report["steps"], report["reason"]) == (6, "step_limit")
+
+
+def _wrapped() -> bool:
+    from agents.mcp.util import MCPUtil
+
+    return hasattr(MCPUtil.__dict__["invoke_mcp_tool"].__func__, "__wrapped__")
+
+
+def test_uninstrument_removes_the_join_of_explicit_hooks(tmp_path: Path) -> None:
+    from veronica_mw.adapters import _openai_agents_mcp, _provider_claims
+
+    veronica_mw.instrument("mcp")
+    hooks = VeronicaRunHooks()  # pins the join for as long as the process has such hooks
+    assert _wrapped() and _openai_agents_mcp.enclosing_tool in _provider_claims._finders
+    veronica_mw.uninstrument()
+    # Every patch is gone: the SDK's MCP tool body and the finder too, not only the MCP session.
+    assert not _wrapped() and _openai_agents_mcp.enclosing_tool not in _provider_claims._finders
+    # Instrumented again, the hooks built earlier count an MCP tool once again.
+    log = tmp_path / "calls.log"
+    log.touch()
+    counter = Counter()
+    veronica_mw.instrument("mcp")
+    assert _wrapped()
+    ctx = ExecutionContext(limits(6))
+    try:
+        _run(ctx, log, counter, 1, hooks=hooks)
+    finally:
+        veronica_mw.uninstrument()
+    assert ctx.get_snapshot().step_count == 6 == counter.model_calls + log.read_text().count("ping")
+    assert not _wrapped()

@@ -8,15 +8,11 @@ same agent serves every request, each with its full budget.
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
@@ -25,35 +21,11 @@ from veronica_mw import ExecutionConfig
 from veronica_mw.adapters.pydantic_ai import VeronicaCapability
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
+from ...support.servers import UvicornServer
 from .conftest import close_run_sync_loop
 from .fakes import Runaway
 
 LIMITS = ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=3)
-
-
-class Server:
-    """uvicorn on 127.0.0.1, ephemeral port, in a background thread."""
-
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        deadline = time.monotonic() + 30  # hang guard only
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
 
 
 def build_app(instrumented: bool) -> tuple[FastAPI, Runaway]:
@@ -94,7 +66,7 @@ def served(request: pytest.FixtureRequest) -> Iterator[tuple[str, Runaway]]:
     if request.param:
         veronica_mw.instrument("pydantic-ai")
     app, fake = build_app(instrumented=request.param)
-    with Server(VeronicaASGIMiddleware(app, config=LIMITS)) as server:
+    with UvicornServer(VeronicaASGIMiddleware(app, config=LIMITS)) as server:
         yield server.url, fake
 
 

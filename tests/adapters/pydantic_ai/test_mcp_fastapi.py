@@ -20,8 +20,8 @@ import veronica_mw
 from veronica_mw import ExecutionConfig
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
+from ...support.servers import UvicornServer
 from .fakes import Runaway
-from .test_fastapi import Server
 
 STEPS = 5  # model, tool, model, tool, model: the 3rd tool run is refused
 REQUESTS = 8
@@ -53,7 +53,7 @@ def served() -> Iterator[tuple[str, Runaway, list[str]]]:
     limits = ExecutionConfig(max_cost_usd=100.0, max_steps=STEPS, max_retries_total=0)
     assert {"pydantic-ai", "mcp"} <= set(veronica_mw.instrument())
     try:
-        with Server(VeronicaASGIMiddleware(build(runaway, received), config=limits)) as server:
+        with UvicornServer(VeronicaASGIMiddleware(build(runaway, received), config=limits)) as server:
             yield server.url, runaway, received
     finally:
         veronica_mw.uninstrument()

@@ -1,0 +1,51 @@
+"""``veronica-mw run`` on an unmodified Pydantic AI script whose ``OpenAIChatModel`` talks to the fake
+provider through ``base_url``: the capability's step and the instrumented OpenAI SDK's request are one
+step (steps == requests the server received), under ``--max-steps`` and ``--max-cost-usd``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ...support.fake_provider import FakeProvider, cost_of
+from ...support.run_cli import refused_at, run_script
+
+SCRIPT = """
+import os
+from pydantic_ai import Agent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+provider = OpenAIProvider(base_url=os.environ["FAKE_PROVIDER_URL"], api_key="test")
+agent = Agent(OpenAIChatModel("gpt-4o-mini", provider=provider))
+answered = 0
+try:
+    for i in range(50):
+        agent.run_sync(f"question {i}")
+        answered += 1
+finally:
+    print(answered)
+"""
+
+
+def test_run_halts_at_exactly_max_steps_requests(tmp_path: Path) -> None:
+    with FakeProvider() as server:
+        done, report = run_script(
+            tmp_path, SCRIPT, ["--max-steps", "3"], env={"FAKE_PROVIDER_URL": server.openai_url}
+        )
+        assert done.returncode == 3, done.stderr[-3000:]
+        assert server.count() == 3 == int(done.stdout.split()[-1])
+    assert (report["steps"], report["reason"]) == (3, "step_limit")
+
+
+def test_run_halts_on_cost_at_the_reported_usage(tmp_path: Path) -> None:
+    budget = 0.00003
+    with FakeProvider() as server:
+        flags = ["--max-cost-usd", repr(budget), "--max-output-tokens", "10"]
+        done, report = run_script(tmp_path, SCRIPT, flags, env={"FAKE_PROVIDER_URL": server.openai_url})
+        assert done.returncode == 3, done.stderr[-3000:]
+        sent = server.count()
+        assert sent >= 2 and sent == int(done.stdout.split()[-1]) == report["steps"]
+        assert report["cost_usd"] == pytest.approx(cost_of(server.reported, "openai"))
+    assert report["cost_usd"] <= budget < refused_at(report)
