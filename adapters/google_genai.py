@@ -41,6 +41,7 @@ from ._provider_patch import Instrumentation, Patches
 __all__ = ["instrument", "instrumented", "tokens", "uninstrument"]
 
 PROVIDER = "google"
+LIMIT_FIELD = "max_output_tokens"  # of the SDK's config; FitOutputToBudget may lower it
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -115,9 +116,23 @@ def _plan(kwargs: Mapping[str, Any]) -> Plan:
     )
     extra = (_get(config, "system_instruction"), _get(config, "tools")) if config is not None else ()
     tokens_in = text_tokens(kwargs.get("contents"), *extra)
-    return Plan(
-        "google_genai.generate_content", name, PROVIDER, tokens_in, _limit(limits, "max_output_tokens") * n
-    )
+    output = _limit(limits, "max_output_tokens") * n
+    return Plan("google_genai.generate_content", name, PROVIDER, tokens_in, output, LIMIT_FIELD, n)
+
+
+def _fitted(plan: Plan, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``config.max_output_tokens`` lowered by FitOutputToBudget (the SDK sends it
+    as ``generationConfig.maxOutputTokens``); the caller's config is copied, never changed."""
+    if plan.fitted is None:
+        return kwargs
+    config = kwargs.get("config")
+    if config is None:
+        lowered: Any = {LIMIT_FIELD: plan.fitted}
+    elif isinstance(config, Mapping):
+        lowered = {**config, LIMIT_FIELD: plan.fitted}
+    else:  # a GenerateContentConfig (pydantic)
+        lowered = config.model_copy(update={LIMIT_FIELD: plan.fitted})
+    return {**kwargs, "config": lowered}
 
 
 def _wrap_generate(original: Any) -> Any:
@@ -125,9 +140,10 @@ def _wrap_generate(original: Any) -> Any:
         ctx = context_now()
         if ctx is None:
             return original(self, **kwargs)
-        call = begin(ctx, _plan(kwargs))
+        plan = _plan(kwargs)
+        call = begin(ctx, plan)
         try:
-            response = original(self, **kwargs)
+            response = original(self, **_fitted(plan, kwargs))
         except BaseException as exc:
             call.failed(exc)
             raise
@@ -142,9 +158,10 @@ def _wrap_agenerate(original: Any) -> Any:
         ctx = context_now()
         if ctx is None:
             return await original(self, **kwargs)
-        call = begin(ctx, _plan(kwargs))
+        plan = _plan(kwargs)
+        call = begin(ctx, plan)
         try:
-            response = await original(self, **kwargs)
+            response = await original(self, **_fitted(plan, kwargs))
         except BaseException as exc:
             call.failed(exc)
             raise
@@ -194,8 +211,9 @@ def _wrap_stream(original: Any) -> Any:
         ctx = context_now()
         if ctx is None:
             return original(self, **kwargs)
-        call = begin(ctx, _plan(kwargs))
-        return _observed(call, original(self, **kwargs))
+        plan = _plan(kwargs)
+        call = begin(ctx, plan)
+        return _observed(call, original(self, **_fitted(plan, kwargs)))
 
     return _generate_content_stream
 
@@ -205,9 +223,10 @@ def _wrap_astream(original: Any) -> Any:
         ctx = context_now()
         if ctx is None:
             return await original(self, **kwargs)
-        call = begin(ctx, _plan(kwargs))
+        plan = _plan(kwargs)
+        call = begin(ctx, plan)
         try:
-            stream = await original(self, **kwargs)  # the request is sent here
+            stream = await original(self, **_fitted(plan, kwargs))  # the request is sent here
         except BaseException as exc:
             call.failed(exc)
             raise

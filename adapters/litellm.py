@@ -67,7 +67,24 @@ def _plan(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Plan:
     choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
     output = limit(kwargs, "max_completion_tokens", "max_tokens") * choices
     tokens_in = text_tokens(messages, kwargs.get("tools"), kwargs.get("functions"))
-    return Plan("litellm.completion", name, _PROVIDERS.get(str(provider)), tokens_in, output)
+    # FitOutputToBudget lowers the keyword the caller set (LiteLLM maps either to the provider's).
+    field = "max_tokens" if "max_tokens" in kwargs and "max_completion_tokens" not in kwargs else None
+    return Plan(
+        "litellm.completion",
+        name,
+        _PROVIDERS.get(str(provider)),
+        tokens_in,
+        output,
+        field or "max_completion_tokens",
+        choices,
+    )
+
+
+def _fitted(plan: Plan, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the output limit FitOutputToBudget lowered (a copy; the caller's is untouched)."""
+    if plan.fitted is None or plan.limit_field is None:
+        return kwargs
+    return {**kwargs, plan.limit_field: plan.fitted}
 
 
 def _outcome(response: Any) -> Outcome:
@@ -138,10 +155,11 @@ def _wrap_completion(original: Any) -> Any:
         ctx = context_now()
         if ctx is None or kwargs.get("acompletion"):  # acompletion() runs this too: counted there
             return original(*args, **kwargs)
-        call = begin(ctx, _plan(args, kwargs))  # ExecutionHalted here: LiteLLM sent nothing
+        plan = _plan(args, kwargs)
+        call = begin(ctx, plan)  # ExecutionHalted here: LiteLLM sent nothing
         try:
             with claims.offered(call.node):
-                result = original(*args, **kwargs)
+                result = original(*args, **_fitted(plan, kwargs))
         except BaseException as exc:
             raised = _halted_from(ctx, exc)
             call.failed(raised)
@@ -161,10 +179,11 @@ def _wrap_acompletion(original: Any) -> Any:
         ctx = context_now()
         if ctx is None:
             return await original(*args, **kwargs)
-        call = begin(ctx, _plan(args, kwargs))
+        plan = _plan(args, kwargs)
+        call = begin(ctx, plan)
         try:
             with claims.offered(call.node):
-                result = await original(*args, **kwargs)
+                result = await original(*args, **_fitted(plan, kwargs))
         except BaseException as exc:
             raised = _halted_from(ctx, exc)
             call.failed(raised)

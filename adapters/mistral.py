@@ -111,9 +111,13 @@ def _plan(kwargs: Mapping[str, Any]) -> Plan:
     n = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
     tokens_in = text_tokens(kwargs.get("messages"), kwargs.get("tools"))
     output = limit(kwargs, "max_tokens") * n
-    return Plan(
-        "mistral.chat", model if isinstance(model, str) else None, PROVIDER, tokens_in, output, None, n
-    )
+    name = model if isinstance(model, str) else None
+    return Plan("mistral.chat", name, PROVIDER, tokens_in, output, "max_tokens", n)
+
+
+def _fitted(plan: Plan, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``max_tokens`` lowered by FitOutputToBudget (a copy; the caller's is untouched)."""
+    return kwargs if plan.fitted is None else {**kwargs, "max_tokens": plan.fitted}
 
 
 def _settle(call: ProviderCall, result: Any, stream: bool) -> Outcome | None:
@@ -132,9 +136,10 @@ def _wrap(stream: bool) -> Callable[[Any], Callable[..., Any]]:
                 ctx = context_now()
                 if ctx is None or args:  # the SDK's methods take keywords only
                     return await original(self, *args, **kwargs)
-                call = begin(ctx, _plan(kwargs))  # ExecutionHalted here: nothing was sent
+                plan = _plan(kwargs)
+                call = begin(ctx, plan)  # ExecutionHalted here: nothing was sent
                 try:
-                    result = await original(self, **kwargs)
+                    result = await original(self, **_fitted(plan, kwargs))
                 except BaseException as exc:
                     call.failed(exc)
                     raise
@@ -149,9 +154,10 @@ def _wrap(stream: bool) -> Callable[[Any], Callable[..., Any]]:
             ctx = context_now()
             if ctx is None or args:
                 return original(self, *args, **kwargs)
-            call = begin(ctx, _plan(kwargs))
+            plan = _plan(kwargs)
+            call = begin(ctx, plan)
             try:
-                result = original(self, **kwargs)
+                result = original(self, **_fitted(plan, kwargs))
             except BaseException as exc:
                 call.failed(exc)
                 raise
