@@ -203,6 +203,10 @@ def _wrap_next(original: Any) -> Any:
         pending = streams.watched(self)
         if pending is None:
             return original(self)
+        if pending.cut:  # the output reached its reservation: what came so far was delivered
+            halted = pending.halt()
+            self.close()
+            raise halted
         pending.busy += 1
         try:
             item = original(self)
@@ -211,7 +215,10 @@ def _wrap_next(original: Any) -> Any:
             raise
         except BaseException as exc:
             pending.error(exc)
-            raise
+            raised = _halted_from(pending.call.ctx, exc)  # a halt below, wrapped by LiteLLM
+            if raised is exc:
+                raise
+            raise raised from exc
         finally:
             pending.busy -= 1
         pending.feed(item)
@@ -225,6 +232,10 @@ def _wrap_anext(original: Any) -> Any:
         pending = streams.watched(self)
         if pending is None:
             return await original(self)
+        if pending.cut:
+            halted = pending.halt()
+            await self.aclose()
+            raise halted
         pending.busy += 1
         try:
             item = await original(self)
@@ -233,7 +244,10 @@ def _wrap_anext(original: Any) -> Any:
             raise
         except BaseException as exc:
             pending.error(exc)
-            raise
+            raised = _halted_from(pending.call.ctx, exc)
+            if raised is exc:
+                raise
+            raise raised from exc
         finally:
             pending.busy -= 1
         pending.feed(item)
