@@ -56,7 +56,9 @@ def _sent_limit(server: FakeProvider) -> object:
     return received.body.get("generationConfig", {}).get("maxOutputTokens")
 
 
-def test_generate_content_is_sent_with_fewer_output_tokens(client: genai.Client, server: FakeProvider) -> None:
+def test_generate_content_is_sent_with_fewer_output_tokens(
+    client: genai.Client, server: FakeProvider
+) -> None:
     expected = _affordable()
     assert 256 <= expected < 4096
     with _ctx() as ctx:
@@ -84,7 +86,9 @@ async def test_the_async_client_is_fitted_too(server: FakeProvider) -> None:
     sdk = genai.Client(api_key="test", http_options=types.HttpOptions(base_url=server.url))
     try:
         with _ctx():
-            await sdk.aio.models.generate_content(model=MODEL, contents=PROMPT, config={"max_output_tokens": 4000})
+            await sdk.aio.models.generate_content(
+                model=MODEL, contents=PROMPT, config={"max_output_tokens": 4000}
+            )
     finally:
         await sdk.aio.aclose()
         sdk.close()

@@ -46,7 +46,9 @@ def _ctx(ceiling: float) -> ExecutionContext:
     return ExecutionContext(config, PolicyPipeline([FitOutputToBudget()]))
 
 
-@pytest.mark.parametrize(("route", "base", "model", "provider", "field"), ROUTES, ids=["openai-sdk", "anthropic"])
+@pytest.mark.parametrize(
+    ("route", "base", "model", "provider", "field"), ROUTES, ids=["openai-sdk", "anthropic"]
+)
 def test_completion_is_sent_with_fewer_output_tokens(
     server: FakeProvider, route: str, base: str, model: str, provider: str, field: str
 ) -> None:
@@ -61,14 +63,22 @@ def test_completion_is_sent_with_fewer_output_tokens(
     (node,) = ctx.graph.nodes()  # one step, fitted once
     assert node.reserved_usd == pytest.approx(worst_case(model, provider, TOKENS_IN, expected))
     (event,) = [e for e in ctx.get_events() if e.kind == "modified"]
-    assert (event.data["field"], event.data["original"], event.data["fitted"]) == ("max_tokens", 3000, expected)
+    assert (event.data["field"], event.data["original"], event.data["fitted"]) == (
+        "max_tokens",
+        3000,
+        expected,
+    )
 
 
 @pytest.mark.anyio
 async def test_acompletion_stream_lowers_max_completion_tokens(server: FakeProvider) -> None:
     with _ctx(_ceiling("gpt-4o-mini", "openai")):
         stream = await litellm.acompletion(
-            model="openai/gpt-4o-mini", messages=MESSAGES, api_base=server.openai_url, api_key="t", stream=True
+            model="openai/gpt-4o-mini",
+            messages=MESSAGES,
+            api_base=server.openai_url,
+            api_key="t",
+            stream=True,
         )
         async for _ in stream:
             pass

@@ -79,7 +79,9 @@ def test_a_litellm_stream_over_the_openai_sdk_is_cut_at_its_reservation(bare: Ba
 
 
 @pytest.mark.anyio
-async def test_an_async_litellm_stream_over_its_own_client_is_cut_at_its_reservation(bare: BareProvider) -> None:
+async def test_an_async_litellm_stream_over_its_own_client_is_cut_at_its_reservation(
+    bare: BareProvider,
+) -> None:
     received: list[str] = []
     with ExecutionContext(LIMITS) as ctx:
         with pytest.raises(ExecutionHalted) as caught:

@@ -27,9 +27,9 @@ def _affordable(choices: int = 1) -> int:
     return int((CEILING - input_usd) / (per_token / 1_000_000 * choices) * (1 - 1e-9))
 
 
-def _ctx(policy: FitOutputToBudget | None = FitOutputToBudget()) -> ExecutionContext:
+def _ctx(fit: bool = True) -> ExecutionContext:
     config = ExecutionConfig(max_cost_usd=CEILING, max_steps=10, max_retries_total=0)
-    return ExecutionContext(config, PolicyPipeline([policy]) if policy is not None else None)
+    return ExecutionContext(config, PolicyPipeline([FitOutputToBudget()]) if fit else None)
 
 
 def test_complete_is_sent_with_fewer_max_tokens(client: Mistral, server: FakeMistral) -> None:
@@ -41,7 +41,11 @@ def test_complete_is_sent_with_fewer_max_tokens(client: Mistral, server: FakeMis
     (node,) = ctx.graph.nodes()
     assert node.reserved_usd == pytest.approx(worst_case(MODEL, "mistral", TOKENS_IN, expected))
     (event,) = [e for e in ctx.get_events() if e.kind == "modified"]
-    assert (event.data["field"], event.data["original"], event.data["fitted"]) == ("max_tokens", 4096, expected)
+    assert (event.data["field"], event.data["original"], event.data["fitted"]) == (
+        "max_tokens",
+        4096,
+        expected,
+    )
 
 
 def test_a_stream_with_n_choices_is_lowered_per_choice(client: Mistral, server: FakeMistral) -> None:
@@ -66,6 +70,6 @@ def test_a_call_that_fits_is_sent_unchanged(client: Mistral, server: FakeMistral
 
 
 def test_without_the_policy_it_is_refused_and_nothing_is_sent(client: Mistral, server: FakeMistral) -> None:
-    with _ctx(None), pytest.raises(ExecutionHalted) as caught:
+    with _ctx(fit=False), pytest.raises(ExecutionHalted) as caught:
         client.chat.complete(model=MODEL, messages=MESSAGES)
     assert caught.value.reason == "budget_exceeded" and server.count() == 0

@@ -41,7 +41,9 @@ def test_a_fitted_call_records_the_limit_it_was_sent_with_on_its_span(otel: Tele
 
 def test_a_call_that_fits_has_no_fit_attributes(otel: Telemetry) -> None:
     pipeline = PolicyPipeline([FitOutputToBudget()])
-    with ExecutionContext(ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=0), pipeline) as ctx:
+    with ExecutionContext(
+        ExecutionConfig(max_cost_usd=1.0, max_steps=5, max_retries_total=0), pipeline
+    ) as ctx:
         plan = _call(ctx)
     assert plan.fitted is None
     found = attrs(otel.span(f"chat {MODEL}"))
