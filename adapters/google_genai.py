@@ -10,7 +10,9 @@ settled with its ``usage_metadata`` (thinking tokens are billed as output, cache
 cache price), priced for the model version it reports. A stream is the SDK's own generator,
 metered on its way and settled when it ends, is closed, is abandoned or its context ends; a refused
 stream request raises when iteration starts, which is when it would have been sent. An async
-stream closed early (``await stream.aclose()``) settles its requests at once.
+stream closed early (``await stream.aclose()``) settles its requests at once. Under
+``FitOutputToBudget`` a request that does not fit is sent with a copy of its config whose
+``max_output_tokens`` is lowered (``generationConfig.maxOutputTokens`` on the wire).
 
 Automatic function calling: each Python tool the SDK runs between requests is a ``tool`` step,
 admitted before it runs; a refused one ends the SDK's loop by raising the halt to the caller (see

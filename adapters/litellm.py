@@ -10,7 +10,10 @@ streams may never be garbage-collected). Refusing happens here, at the LiteLLM l
 an exception raised inside its provider call into one of its own (``InternalServerError``), so a
 halt further down is re-raised as the :class:`~veronica_mw.ExecutionHalted` it was. When LiteLLM
 calls the OpenAI SDK, the OpenAI instrumentation adopts this step (one call, one step); a second
-request under the same call (LiteLLM's retries and fallbacks) draws a retry. Tested with litellm 1.x.
+request under the same call (LiteLLM's retries and fallbacks) draws a retry. ``FitOutputToBudget``
+lowers the ``max_tokens``/``max_completion_tokens`` keyword here (once: the OpenAI layer sends it
+as fitted); a stream whose output passes its reservation is cut at the next read (partial output
+delivered, then ``budget_exceeded``). Tested with litellm 1.x.
 """
 
 from __future__ import annotations

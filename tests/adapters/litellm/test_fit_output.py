@@ -46,6 +46,7 @@ def _ctx(ceiling: float) -> ExecutionContext:
     return ExecutionContext(config, PolicyPipeline([FitOutputToBudget()]))
 
 
+@pytest.mark.usefixtures("closes_litellms_loop")
 @pytest.mark.parametrize(
     ("route", "base", "model", "provider", "field"), ROUTES, ids=["openai-sdk", "anthropic"]
 )

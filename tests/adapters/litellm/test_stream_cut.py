@@ -5,8 +5,6 @@ reserved for it; the part received reaches the caller first, then the context ha
 
 from __future__ import annotations
 
-import asyncio
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,20 +32,6 @@ def bare() -> Iterator[BareProvider]:
     with BareProvider(words=2000) as fake:
         yield fake
     veronica_mw.uninstrument()
-
-
-@pytest.fixture
-def closes_litellms_loop() -> Iterator[None]:
-    """A sync ``litellm.completion(stream=True)`` leaves an event loop set on the thread (LiteLLM's,
-    not ours); closed here, or a later async test drops it unclosed (a ResourceWarning)."""
-    yield
-    policy = asyncio.get_event_loop_policy()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        loop = policy.get_event_loop()
-    if not loop.is_running():
-        loop.close()
-        policy.set_event_loop(None)
 
 
 def _check_cut(ctx: ExecutionContext, received: str, bare: BareProvider, caught: ExecutionHalted) -> None:

@@ -56,9 +56,11 @@ def test_a_stream_with_n_choices_is_lowered_per_choice(client: Mistral, server: 
 
 
 @pytest.mark.anyio
-async def test_complete_async_is_fitted(client: Mistral, server: FakeMistral) -> None:
-    with _ctx():
-        await client.chat.complete_async(model=MODEL, messages=MESSAGES, max_tokens=4000)
+@pytest.mark.usefixtures("instrumented")
+async def test_complete_async_is_fitted(server: FakeMistral) -> None:
+    async with Mistral(api_key="test", server_url=server.url) as client:
+        with _ctx():
+            await client.chat.complete_async(model=MODEL, messages=MESSAGES, max_tokens=4000)
     assert server.bodies[0]["max_tokens"] == _affordable()
 
 
