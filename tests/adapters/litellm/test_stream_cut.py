@@ -1,7 +1,7 @@
 """LiteLLM streams cannot run past their reservation: against a server that ignores ``max_tokens``,
 the output is counted as it streams and the stream is closed once it passes the output tokens
 reserved for it; the part received reaches the caller first, then the context halts
-(``budget_exceeded``) -- over the OpenAI SDK and over LiteLLM's own HTTP client (Anthropic)."""
+(``budget_exceeded``) -- sync and async, over the OpenAI SDK."""
 
 from __future__ import annotations
 
@@ -70,9 +70,9 @@ async def test_an_async_litellm_stream_over_its_own_client_is_cut_at_its_reserva
     with ExecutionContext(LIMITS) as ctx:
         with pytest.raises(ExecutionHalted) as caught:
             stream = await litellm.acompletion(
-                model="anthropic/claude-haiku-4-5",
+                model="openai/gpt-4o-mini",
                 messages=MESSAGES,
-                api_base=bare.url,
+                api_base=bare.url + "/v1",
                 api_key="t",
                 max_tokens=MAX_TOKENS,
                 stream=True,
