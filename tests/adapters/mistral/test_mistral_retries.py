@@ -39,7 +39,8 @@ def test_each_sdk_retry_draws_one_retry(retrying_client: Mistral, fake: FakeProv
     fake.fail_next(2, 503)
     with ExecutionContext(_limits(2)) as ctx:
         reply = retrying_client.chat.complete(model=MODEL, messages=MESSAGES)
-    assert reply.choices[0].message.content
+    message = reply.choices[0].message
+    assert message is not None and message.content
     snap = ctx.get_snapshot()
     assert fake.count() == 3 and snap.step_count == 1 and snap.retries_used == 2
     assert [n.status for n in ctx.graph.nodes()] == ["ok"]
