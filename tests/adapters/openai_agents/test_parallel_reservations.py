@@ -88,9 +88,11 @@ def _gathered(server: FakeProvider, ceiling: float, cancel: bool) -> tuple[Execu
                 await asyncio.gather(*runs)
             else:
                 tasks = [asyncio.ensure_future(run) for run in runs]
-                while not ctx.aborted:
-                    await asyncio.sleep(0.001)
-                assert client.waiting == 2  # the two admitted calls wait before building the request
+                # the third run is refused; the two admitted calls wait before building the request
+                async with asyncio.timeout(30):  # hang guard only
+                    while not ctx.aborted or client.waiting < 2:
+                        await asyncio.sleep(0.001)
+                assert client.waiting == 2
                 gate.set()
                 outcomes = await asyncio.gather(*tasks, return_exceptions=True)
                 raise next(o for o in outcomes if isinstance(o, BaseException))
