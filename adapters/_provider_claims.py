@@ -90,6 +90,15 @@ def offered_step(ctx: ExecutionContext) -> tuple[CallNode, bool] | None:
     return offer.node, again
 
 
+def offered_reservation(ctx: ExecutionContext) -> float:
+    """USD already reserved by a step offered to this request and not taken yet (0: none): what
+    the request will adopt, so it is not counted against the budget twice (FitOutputToBudget)."""
+    offer = _offer.get()
+    if offer is None or offer.taken or offer.node.context is not ctx or offer.node.kind != "llm":
+        return 0.0
+    return offer.node.reserved_usd
+
+
 def enclosing(ctx: ExecutionContext, kind: str = "llm") -> CallNode | Hashable | None:
     """The step (node or kernel key) of the layer above the call about to be sent, if any; to be
     held with :func:`claim` before it is adopted."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .. import ExecutionContext
 from .. import instrumentation as _instrumentation
 from ..control.fit_output import FitOutputToBudget
+from . import _provider_claims as claims
 from ._provider_estimate import worst_case
 
 if TYPE_CHECKING:
@@ -45,7 +46,10 @@ def fit(ctx: ExecutionContext, plan: Plan) -> int | None:
     if worst is None:
         return None
     snap = ctx.get_snapshot()
-    remaining = ctx.config.max_cost_usd - snap.cost_usd_accumulated - snap.cost_usd_reserved
+    # A step offered by the layer above (LiteLLM over the OpenAI SDK) was fitted there already;
+    # its reservation is this request's own, so it counts as available here.
+    held = claims.offered_reservation(ctx)
+    remaining = ctx.config.max_cost_usd - snap.cost_usd_accumulated - snap.cost_usd_reserved + held
     if worst <= remaining:
         return None
     input_usd = worst_case(plan.model, plan.provider, plan.input_tokens, 0) or 0.0

@@ -32,8 +32,19 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from . import _provider_fit as _fit
+from . import _provider_raw as raw
 from . import _provider_streams as streams
-from ._provider_calls import Outcome, Plan, ProviderCall, active, begin, context_now, retrying
+from ._provider_calls import (
+    Outcome,
+    Plan,
+    ProviderCall,
+    active,
+    begin,
+    context_now,
+    limit,
+    retrying,
+    text_tokens,
+)
 from ._provider_patch import Patches, attr
 
 logger = logging.getLogger("veronica_mw.adapters")
@@ -51,13 +62,43 @@ class Endpoints(Protocol):
         """The plan of the request ``options`` describes, or None when it is no model request."""
 
 
+def post_body(options: Any) -> tuple[str, Mapping[str, Any]] | None:
+    """The path and JSON body of a POST the SDK is about to send (None: another method, no JSON)."""
+    if str(getattr(options, "method", "")).lower() != "post":
+        return None
+    body = getattr(options, "json_data", None)
+    if not isinstance(body, Mapping):
+        return None
+    return str(getattr(options, "url", "")).split("?", 1)[0].rstrip("/"), body
+
+
+def choices(body: Mapping[str, Any]) -> int:
+    """How many choices a request asks for (``n``; each is generated and billed)."""
+    n = body.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+
+
+def chat_plan(body: Mapping[str, Any], operation: str, provider: str) -> Plan:
+    """The plan of an OpenAI-shaped ``/chat/completions`` body (OpenAI, Groq): the prompt's
+    estimated tokens, ``max_completion_tokens``/``max_tokens`` (or the default) times ``n``."""
+    model = body.get("model")
+    n = choices(body)
+    output = limit(body, "max_completion_tokens", "max_tokens") * n
+    tokens_in = text_tokens(body.get("messages"), body.get("tools"))
+    # FitOutputToBudget lowers the field the request set (max_tokens for the servers that know
+    # only that one), else the current one.
+    field = "max_tokens" if "max_tokens" in body and "max_completion_tokens" not in body else None
+    name = model if isinstance(model, str) else None
+    return Plan(operation, name, provider, tokens_in, output, field or "max_completion_tokens", n)
+
+
 def _route(call: ProviderCall, endpoint: Endpoint, result: Any, stream: bool, sdk: SDK) -> Outcome | None:
     """The outcome to settle ``call`` with now, or None when a stream or raw wrapper settles it later."""
     try:
         if isinstance(result, sdk.stream_types):
             streams.observe(call, result, endpoint.meter())
         elif isinstance(result, sdk.raw_types):
-            streams.settle_raw(call, result, stream, endpoint.meter, endpoint.outcome)
+            raw.settle_raw(call, result, stream, endpoint.meter, endpoint.outcome)
         else:
             return endpoint.outcome(result)
     except Exception:  # our own failure must never break the caller's request
@@ -94,13 +135,7 @@ def downgrade(call: ProviderCall, options: Any) -> Any:
         return options
     requested = body.get("model")
     if requested != fallback:
-        update = {"json_data": {**body, "model": fallback}}
-        copier = getattr(options, "model_copy", None)  # FinalRequestOptions is a pydantic model
-        if callable(copier):
-            options = copier(update=update)
-        else:  # pragma: no cover - pydantic v1 builds of the SDK
-            options = copy.copy(options)
-            options.json_data = update["json_data"]
+        options = _with_body(options, {**body, "model": fallback})
         call.plan.model = fallback  # a response that names no model is priced as the fallback
     node.downgraded(requested if isinstance(requested, str) else None)
     return options
@@ -249,16 +284,16 @@ def _parse(original: Any) -> Callable[..., Any]:
 
         async def aparse(self: Any, *args: Any, **kwargs: Any) -> Any:
             result = await original(self, *args, **kwargs)
-            if streams._raw:  # only raw wrappers returned inside a context are pending
-                streams.parsed(self, result)
+            if raw.pending():  # only raw wrappers returned inside a context are pending
+                raw.parsed(self, result)
             return result
 
         return aparse
 
     def parse(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
-        if streams._raw:
-            streams.parsed(self, result)
+        if raw.pending():
+            raw.parsed(self, result)
         return result
 
     return parse
@@ -278,6 +313,6 @@ def patch(sdk: SDK, module: Any, helper_streams: tuple[Any, ...]) -> Patches:
     for helper in helper_streams:
         if isinstance(helper, type):
             patches.wrap(helper, "close", _close)
-    for raw in sdk.raw_types:
-        patches.wrap(raw, "parse", _parse)
+    for raw_type in sdk.raw_types:
+        patches.wrap(raw_type, "parse", _parse)
     return patches

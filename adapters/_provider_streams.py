@@ -13,16 +13,15 @@ that feeds each item to a :class:`Meter` on its way to the caller. The step is s
 
 A stream class whose iterator cannot be replaced (LiteLLM's) is patched to report to
 :func:`watched` instead. Raw-response wrappers (``.with_raw_response`` of a stream,
-``.with_streaming_response``) are held the same way until ``parse()`` hands over the stream or the
-parsed response. No SDK is imported.
+``.with_streaming_response``) are held by :mod:`._provider_raw` until ``parse()`` hands over the
+stream or the parsed response. No SDK is imported.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from .. import ExecutionContext, HaltReason, Observer, add_observer, remove_observer
@@ -63,7 +62,6 @@ class Meter:
 
 _lock = threading.Lock()
 _open: dict[ExecutionContext, set[Pending]] = {}
-_raw: weakref.WeakKeyDictionary[Any, RawPending] = weakref.WeakKeyDictionary()
 
 
 class _Reaper(Observer):
@@ -308,79 +306,3 @@ def closed(stream: Any) -> None:
     pending = pending_of(stream)
     if pending is not None:
         pending.stop()
-
-
-class RawPending(Pending):
-    """A raw-response wrapper whose body was not parsed yet (``with_raw_response`` of a stream,
-    ``with_streaming_response``)."""
-
-    __slots__ = ("http", "stream", "meter_for", "outcome_of")
-
-    def __init__(
-        self,
-        call: ProviderCall,
-        wrapper: Any,
-        stream: bool,
-        meter_for: Callable[[], Meter],
-        outcome_of: Callable[[Any], Outcome],
-    ) -> None:
-        super().__init__(call, wrapper)
-        self.http = getattr(wrapper, "http_response", None)  # kept: the body may be read later
-        self.stream = stream
-        self.meter_for = meter_for
-        self.outcome_of = outcome_of
-        with _lock:
-            _raw[wrapper] = self
-
-    def parsed(self, result: Any) -> None:
-        """``parse()`` returned ``result``: a stream to watch, or the response to settle with."""
-        if not self._take():
-            return
-        if hasattr(result, "_iterator") and hasattr(result, "response"):
-            observe(self.call, result, self.meter_for())
-        else:
-            self.call.finish(self.outcome_of(result), result)
-
-    def stop(self) -> None:
-        if not self._take():
-            return
-        body = None if self.stream else _read_json(self.http)
-        if body is not None:
-            self.call.record_response(body)
-            self.call.finish(self.outcome_of(body))
-        else:
-            self.call.abandon()
-
-
-def _read_json(http: Any) -> Any:
-    """The JSON body of an httpx response if it has been read, else None (never reads it)."""
-    if http is None or not getattr(http, "is_stream_consumed", False):
-        return None
-    try:
-        return json.loads(http.content)
-    except Exception:  # not read into memory (iterated), or not JSON
-        return None
-
-
-def settle_raw(
-    call: ProviderCall,
-    wrapper: Any,
-    stream: bool,
-    meter_for: Callable[[], Meter],
-    outcome_of: Callable[[Any], Outcome],
-) -> None:
-    """Settle a raw-response wrapper now if its JSON body is in memory, else when it is parsed."""
-    body = None if stream else _read_json(getattr(wrapper, "http_response", None))
-    if body is not None:
-        call.record_response(body)
-        call.finish(outcome_of(body))
-    else:
-        RawPending(call, wrapper, stream, meter_for, outcome_of)
-
-
-def parsed(wrapper: Any, result: Any) -> None:
-    """Called by the SDK patch after ``wrapper.parse()`` returned ``result``."""
-    with _lock:
-        pending = _raw.pop(wrapper, None)
-    if pending is not None:
-        pending.parsed(result)

@@ -10,7 +10,9 @@ settled with its ``usage_metadata`` (thinking tokens are billed as output, cache
 cache price), priced for the model version it reports. A stream is the SDK's own generator,
 metered on its way and settled when it ends, is closed, is abandoned or its context ends; a refused
 stream request raises when iteration starts, which is when it would have been sent. An async
-stream closed early (``await stream.aclose()``) settles its requests at once.
+stream closed early (``await stream.aclose()``) settles its requests at once. Under
+``FitOutputToBudget`` a request that does not fit is sent with a copy of its config whose
+``max_output_tokens`` is lowered (``generationConfig.maxOutputTokens`` on the wire).
 
 Automatic function calling: each Python tool the SDK runs between requests is a ``tool`` step,
 admitted before it runs; a refused one ends the SDK's loop by raising the halt to the caller (see
@@ -41,6 +43,7 @@ from ._provider_patch import Instrumentation, Patches
 __all__ = ["instrument", "instrumented", "tokens", "uninstrument"]
 
 PROVIDER = "google"
+LIMIT_FIELD = "max_output_tokens"  # of the SDK's config; FitOutputToBudget may lower it
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -115,9 +118,23 @@ def _plan(kwargs: Mapping[str, Any]) -> Plan:
     )
     extra = (_get(config, "system_instruction"), _get(config, "tools")) if config is not None else ()
     tokens_in = text_tokens(kwargs.get("contents"), *extra)
-    return Plan(
-        "google_genai.generate_content", name, PROVIDER, tokens_in, _limit(limits, "max_output_tokens") * n
-    )
+    output = _limit(limits, "max_output_tokens") * n
+    return Plan("google_genai.generate_content", name, PROVIDER, tokens_in, output, LIMIT_FIELD, n)
+
+
+def _fitted(plan: Plan, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``config.max_output_tokens`` lowered by FitOutputToBudget (the SDK sends it
+    as ``generationConfig.maxOutputTokens``); the caller's config is copied, never changed."""
+    if plan.fitted is None:
+        return kwargs
+    config = kwargs.get("config")
+    if config is None:
+        lowered: Any = {LIMIT_FIELD: plan.fitted}
+    elif isinstance(config, Mapping):
+        lowered = {**config, LIMIT_FIELD: plan.fitted}
+    else:  # a GenerateContentConfig (pydantic)
+        lowered = config.model_copy(update={LIMIT_FIELD: plan.fitted})
+    return {**kwargs, "config": lowered}
 
 
 def _wrap_generate(original: Any) -> Any:
@@ -125,9 +142,10 @@ def _wrap_generate(original: Any) -> Any:
         ctx = context_now()
         if ctx is None:
             return original(self, **kwargs)
-        call = begin(ctx, _plan(kwargs))
+        plan = _plan(kwargs)
+        call = begin(ctx, plan)
         try:
-            response = original(self, **kwargs)
+            response = original(self, **_fitted(plan, kwargs))
         except BaseException as exc:
             call.failed(exc)
             raise
@@ -142,9 +160,10 @@ def _wrap_agenerate(original: Any) -> Any:
         ctx = context_now()
         if ctx is None:
             return await original(self, **kwargs)
-        call = begin(ctx, _plan(kwargs))
+        plan = _plan(kwargs)
+        call = begin(ctx, plan)
         try:
-            response = await original(self, **kwargs)
+            response = await original(self, **_fitted(plan, kwargs))
         except BaseException as exc:
             call.failed(exc)
             raise
@@ -194,8 +213,9 @@ def _wrap_stream(original: Any) -> Any:
         ctx = context_now()
         if ctx is None:
             return original(self, **kwargs)
-        call = begin(ctx, _plan(kwargs))
-        return _observed(call, original(self, **kwargs))
+        plan = _plan(kwargs)
+        call = begin(ctx, plan)
+        return _observed(call, original(self, **_fitted(plan, kwargs)))
 
     return _generate_content_stream
 
@@ -205,9 +225,10 @@ def _wrap_astream(original: Any) -> Any:
         ctx = context_now()
         if ctx is None:
             return await original(self, **kwargs)
-        call = begin(ctx, _plan(kwargs))
+        plan = _plan(kwargs)
+        call = begin(ctx, plan)
         try:
-            stream = await original(self, **kwargs)  # the request is sent here
+            stream = await original(self, **_fitted(plan, kwargs))  # the request is sent here
         except BaseException as exc:
             call.failed(exc)
             raise

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..kernel.pricing import TokenUsage, usage_from_mapping
 from . import _provider_stainless as stainless
-from ._provider_calls import Outcome, Plan, limit, text_tokens
+from ._provider_calls import Outcome, Plan, text_tokens
 from ._provider_patch import Instrumentation, Patches
 from ._provider_streams import Meter
 
@@ -121,37 +121,17 @@ _CHAT = stainless.Endpoint(_chat_outcome, _ChatMeter)
 _EMBEDDINGS = stainless.Endpoint(_embeddings_outcome, _NoStream)
 
 
-def _choices(body: Mapping[str, Any]) -> int:
-    n = body.get("n")
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
-
-
 class _Endpoints:
     """Which Groq requests are model requests, and what each may cost at most."""
 
     def plan(self, options: Any) -> tuple[Plan, stainless.Endpoint] | None:
-        if str(getattr(options, "method", "")).lower() != "post":
+        request = stainless.post_body(options)
+        if request is None:
             return None
-        url = str(getattr(options, "url", "")).split("?", 1)[0].rstrip("/")
-        body = getattr(options, "json_data", None)
-        if not isinstance(body, Mapping):
-            return None
+        url, body = request
         model = body.get("model") if isinstance(body.get("model"), str) else None
         if url.endswith("/chat/completions"):
-            n = _choices(body)
-            output = limit(body, "max_completion_tokens", "max_tokens") * n
-            tokens_in = text_tokens(body.get("messages"), body.get("tools"))
-            field = "max_tokens" if "max_tokens" in body and "max_completion_tokens" not in body else None
-            plan = Plan(
-                "groq.chat.completions",
-                model,
-                PROVIDER,
-                tokens_in,
-                output,
-                field or "max_completion_tokens",
-                n,
-            )
-            return plan, _CHAT
+            return stainless.chat_plan(body, "groq.chat.completions", PROVIDER), _CHAT
         if url.endswith("/embeddings"):
             return Plan("groq.embeddings", model, PROVIDER, text_tokens(body.get("input")), 0), _EMBEDDINGS
         return None

@@ -10,7 +10,10 @@ streams may never be garbage-collected). Refusing happens here, at the LiteLLM l
 an exception raised inside its provider call into one of its own (``InternalServerError``), so a
 halt further down is re-raised as the :class:`~veronica_mw.ExecutionHalted` it was. When LiteLLM
 calls the OpenAI SDK, the OpenAI instrumentation adopts this step (one call, one step); a second
-request under the same call (LiteLLM's retries and fallbacks) draws a retry. Tested with litellm 1.x.
+request under the same call (LiteLLM's retries and fallbacks) draws a retry. ``FitOutputToBudget``
+lowers the ``max_tokens``/``max_completion_tokens`` keyword here (once: the OpenAI layer sends it
+as fitted); a stream whose output passes its reservation is cut at the next read (partial output
+delivered, then ``budget_exceeded``). Tested with litellm 1.x.
 """
 
 from __future__ import annotations
@@ -67,7 +70,24 @@ def _plan(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Plan:
     choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
     output = limit(kwargs, "max_completion_tokens", "max_tokens") * choices
     tokens_in = text_tokens(messages, kwargs.get("tools"), kwargs.get("functions"))
-    return Plan("litellm.completion", name, _PROVIDERS.get(str(provider)), tokens_in, output)
+    # FitOutputToBudget lowers the keyword the caller set (LiteLLM maps either to the provider's).
+    field = "max_tokens" if "max_tokens" in kwargs and "max_completion_tokens" not in kwargs else None
+    return Plan(
+        "litellm.completion",
+        name,
+        _PROVIDERS.get(str(provider)),
+        tokens_in,
+        output,
+        field or "max_completion_tokens",
+        choices,
+    )
+
+
+def _fitted(plan: Plan, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the output limit FitOutputToBudget lowered (a copy; the caller's is untouched)."""
+    if plan.fitted is None or plan.limit_field is None:
+        return kwargs
+    return {**kwargs, plan.limit_field: plan.fitted}
 
 
 def _outcome(response: Any) -> Outcome:
@@ -138,10 +158,11 @@ def _wrap_completion(original: Any) -> Any:
         ctx = context_now()
         if ctx is None or kwargs.get("acompletion"):  # acompletion() runs this too: counted there
             return original(*args, **kwargs)
-        call = begin(ctx, _plan(args, kwargs))  # ExecutionHalted here: LiteLLM sent nothing
+        plan = _plan(args, kwargs)
+        call = begin(ctx, plan)  # ExecutionHalted here: LiteLLM sent nothing
         try:
             with claims.offered(call.node):
-                result = original(*args, **kwargs)
+                result = original(*args, **_fitted(plan, kwargs))
         except BaseException as exc:
             raised = _halted_from(ctx, exc)
             call.failed(raised)
@@ -161,10 +182,11 @@ def _wrap_acompletion(original: Any) -> Any:
         ctx = context_now()
         if ctx is None:
             return await original(*args, **kwargs)
-        call = begin(ctx, _plan(args, kwargs))
+        plan = _plan(args, kwargs)
+        call = begin(ctx, plan)
         try:
             with claims.offered(call.node):
-                result = await original(*args, **kwargs)
+                result = await original(*args, **_fitted(plan, kwargs))
         except BaseException as exc:
             raised = _halted_from(ctx, exc)
             call.failed(raised)
@@ -184,6 +206,10 @@ def _wrap_next(original: Any) -> Any:
         pending = streams.watched(self)
         if pending is None:
             return original(self)
+        if pending.cut:  # the output reached its reservation: what came so far was delivered
+            halted = pending.halt()
+            self.close()
+            raise halted
         pending.busy += 1
         try:
             item = original(self)
@@ -192,7 +218,10 @@ def _wrap_next(original: Any) -> Any:
             raise
         except BaseException as exc:
             pending.error(exc)
-            raise
+            raised = _halted_from(pending.call.ctx, exc)  # a halt below, wrapped by LiteLLM
+            if raised is exc:
+                raise
+            raise raised from exc
         finally:
             pending.busy -= 1
         pending.feed(item)
@@ -206,6 +235,10 @@ def _wrap_anext(original: Any) -> Any:
         pending = streams.watched(self)
         if pending is None:
             return await original(self)
+        if pending.cut:
+            halted = pending.halt()
+            await self.aclose()
+            raise halted
         pending.busy += 1
         try:
             item = await original(self)
@@ -214,7 +247,10 @@ def _wrap_anext(original: Any) -> Any:
             raise
         except BaseException as exc:
             pending.error(exc)
-            raise
+            raised = _halted_from(pending.call.ctx, exc)
+            if raised is exc:
+                raise
+            raise raised from exc
         finally:
             pending.busy -= 1
         pending.feed(item)

@@ -9,10 +9,11 @@ each call is admitted before its request is built and sent, with its worst case 
 (estimated prompt tokens plus ``max_tokens``, or the configured default, times ``n``), and settled
 with the usage Mistral reported: in the response, or in a stream's last event (its
 ``EventStream`` stays the SDK's own object; its event iterator is metered). With no usage the call
-is charged an estimate from its text. Priced with genai-prices under provider ``mistral``. Not
-covered: the SDK's own retries (off unless a ``retry_config`` is set) are not drawn from
-``max_retries_total``; ``FitOutputToBudget`` and ``DowngradeAt`` do not change Mistral requests.
-Tested with mistralai 3.x.
+is charged an estimate from its text. Priced with genai-prices under provider ``mistral``. The
+SDK's own retries (off unless a ``retry_config`` is set) each draw one retry from
+``max_retries_total`` before the SDK waits for and sends it (its backoff loop asks
+``utils.retries._get_sleep_interval`` first). ``FitOutputToBudget`` lowers ``max_tokens``;
+``DowngradeAt`` does not change Mistral requests. Tested with mistralai 3.x.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .. import MissingFrameworkError
 
 try:
     from mistralai.client import chat as _chat
+    from mistralai.client.utils import retries as _retries
 except ImportError as exc:
     raise MissingFrameworkError("mistral", "mistral", exc) from exc
 
@@ -30,7 +32,17 @@ from typing import Any
 
 from ..kernel.pricing import TokenUsage
 from . import _provider_streams as streams
-from ._provider_calls import Outcome, Plan, ProviderCall, begin, context_now, limit, text_tokens
+from ._provider_calls import (
+    Outcome,
+    Plan,
+    ProviderCall,
+    active,
+    begin,
+    context_now,
+    limit,
+    retrying,
+    text_tokens,
+)
 from ._provider_patch import Instrumentation, Patches
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
@@ -111,9 +123,13 @@ def _plan(kwargs: Mapping[str, Any]) -> Plan:
     n = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
     tokens_in = text_tokens(kwargs.get("messages"), kwargs.get("tools"))
     output = limit(kwargs, "max_tokens") * n
-    return Plan(
-        "mistral.chat", model if isinstance(model, str) else None, PROVIDER, tokens_in, output, None, n
-    )
+    name = model if isinstance(model, str) else None
+    return Plan("mistral.chat", name, PROVIDER, tokens_in, output, "max_tokens", n)
+
+
+def _fitted(plan: Plan, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``max_tokens`` lowered by FitOutputToBudget (a copy; the caller's is untouched)."""
+    return kwargs if plan.fitted is None else {**kwargs, "max_tokens": plan.fitted}
 
 
 def _settle(call: ProviderCall, result: Any, stream: bool) -> Outcome | None:
@@ -132,12 +148,16 @@ def _wrap(stream: bool) -> Callable[[Any], Callable[..., Any]]:
                 ctx = context_now()
                 if ctx is None or args:  # the SDK's methods take keywords only
                     return await original(self, *args, **kwargs)
-                call = begin(ctx, _plan(kwargs))  # ExecutionHalted here: nothing was sent
+                plan = _plan(kwargs)
+                call = begin(ctx, plan)  # ExecutionHalted here: nothing was sent
+                token = active.set(call)  # the SDK's retries draw from this call's context
                 try:
-                    result = await original(self, **kwargs)
+                    result = await original(self, **_fitted(plan, kwargs))
                 except BaseException as exc:
                     call.failed(exc)
                     raise
+                finally:
+                    active.reset(token)
                 outcome = _settle(call, result, stream)
                 if outcome is not None:
                     await call.afinish(outcome, result)
@@ -149,12 +169,16 @@ def _wrap(stream: bool) -> Callable[[Any], Callable[..., Any]]:
             ctx = context_now()
             if ctx is None or args:
                 return original(self, *args, **kwargs)
-            call = begin(ctx, _plan(kwargs))
+            plan = _plan(kwargs)
+            call = begin(ctx, plan)
+            token = active.set(call)
             try:
-                result = original(self, **kwargs)
+                result = original(self, **_fitted(plan, kwargs))
             except BaseException as exc:
                 call.failed(exc)
                 raise
+            finally:
+                active.reset(token)
             outcome = _settle(call, result, stream)
             if outcome is not None:
                 call.finish(outcome, result)
@@ -163,6 +187,17 @@ def _wrap(stream: bool) -> Callable[[Any], Callable[..., Any]]:
         return call_
 
     return make
+
+
+def _wrap_interval(original: Any) -> Callable[..., Any]:
+    """``_get_sleep_interval``: the SDK's backoff loop asks it how long to wait right before each
+    retry (sync and async alike); the retry is drawn here, or refused before it is waited for."""
+
+    def interval(exception: Any, *args: Any, **kwargs: Any) -> Any:
+        retrying(exception if isinstance(exception, BaseException) else None)
+        return original(exception, *args, **kwargs)
+
+    return interval
 
 
 _slot = Instrumentation()
@@ -177,6 +212,7 @@ def _apply() -> Patches:
         ("stream_async", True),
     ):
         patches.wrap(_chat.Chat, name, _wrap(stream))
+    patches.wrap(_retries, "_get_sleep_interval", _wrap_interval)
     return patches
 
 

@@ -185,11 +185,6 @@ _EMBEDDINGS = stainless.Endpoint(_embeddings_outcome, _NoStream)
 _COMPLETIONS = stainless.Endpoint(_completions_outcome, _CompletionsMeter)
 
 
-def _choices(body: Mapping[str, Any]) -> int:
-    n = body.get("n")
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
-
-
 class _Endpoints:
     """Which OpenAI requests are model requests, and what each may cost at most.
 
@@ -197,30 +192,13 @@ class _Endpoints:
     swaps the model must change both)."""
 
     def plan(self, options: Any) -> tuple[Plan, stainless.Endpoint] | None:
-        if str(getattr(options, "method", "")).lower() != "post":
+        request = stainless.post_body(options)
+        if request is None:
             return None
-        url = str(getattr(options, "url", "")).split("?", 1)[0].rstrip("/")
-        body = getattr(options, "json_data", None)
-        if not isinstance(body, Mapping):
-            return None
+        url, body = request
         model = body.get("model") if isinstance(body.get("model"), str) else None
         if url.endswith("/chat/completions"):
-            n = _choices(body)
-            output = limit(body, "max_completion_tokens", "max_tokens") * n
-            tokens_in = text_tokens(body.get("messages"), body.get("tools"))
-            # FitOutputToBudget lowers the field the request set (max_tokens for the servers that
-            # know only that one), else the current one.
-            field = "max_tokens" if "max_tokens" in body and "max_completion_tokens" not in body else None
-            plan = Plan(
-                "openai.chat.completions",
-                model,
-                PROVIDER,
-                tokens_in,
-                output,
-                field or "max_completion_tokens",
-                n,
-            )
-            return plan, _CHAT
+            return stainless.chat_plan(body, "openai.chat.completions", PROVIDER), _CHAT
         if url.endswith("/responses"):
             tokens_in = text_tokens(body.get("input"), body.get("instructions"), body.get("tools"))
             output = limit(body, "max_output_tokens")
@@ -230,7 +208,7 @@ class _Endpoints:
         if url.endswith("/embeddings"):
             return Plan("openai.embeddings", model, PROVIDER, text_tokens(body.get("input")), 0), _EMBEDDINGS
         if url.endswith("/completions"):
-            n = _choices(body)
+            n = stainless.choices(body)
             output = limit(body, "max_tokens") * n
             tokens_in = text_tokens(body.get("prompt"))
             return Plan(

@@ -64,6 +64,20 @@ def _placeholder(provider: object) -> bool:
     return type(provider) is trace.ProxyTracerProvider
 
 
+def _fitted(span: Span, data: Any) -> None:
+    """FitOutputToBudget lowered the call's output limit: what was sent, as span attributes too
+    (a span event alone is dropped by backends that keep attributes only)."""
+    fitted, original = data.get("fitted"), data.get("original")
+    if isinstance(fitted, int):
+        span.set_attribute("gen_ai.request.max_tokens", fitted)
+        span.set_attribute("veronica.fit_output.max_tokens", fitted)
+    if isinstance(original, int):
+        span.set_attribute("veronica.fit_output.requested_max_tokens", original)
+    field = data.get("field")
+    if isinstance(field, str):
+        span.set_attribute("veronica.fit_output.field", field)
+
+
 def _tracer_of(provider: Any) -> trace.Tracer | None:
     if isinstance(provider, trace.NoOpTracerProvider):
         return None
@@ -156,7 +170,8 @@ class OTelObserver(Observer):
     def event(self, ctx: ExecutionContext, event: ExecutionEvent) -> None:
         # The context's events (an unpriced call, a divergence, a downgrade, ...) become span events:
         # on the call's span when the event names its node, else where they happened. A downgrade
-        # also renames the call's span: the request went to the fallback model.
+        # also renames the call's span: the request went to the fallback model; a fitted call
+        # (FitOutputToBudget's ``modified``) gets the output limit it was sent with.
         try:
             data = event.data
             node_id = data.get("node_id")
@@ -171,6 +186,8 @@ class OTelObserver(Observer):
                         call.span.update_name(f"{call.operation} {target}")
                         call.span.set_attribute("gen_ai.request.model", target)
                         call.span.set_attribute("veronica.requested_model", str(data.get("from_model")))
+                if event.kind == "modified" and call is not None:
+                    _fitted(call.span, data)
             span = _recording(call.span if call is not None else trace.get_current_span())
             if span is not None:
                 attributes: dict[str, Any] = {"veronica.detail": event.detail}
