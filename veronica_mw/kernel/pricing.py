@@ -236,5 +236,6 @@ def price_usage(usage: TokenUsage, model: str, provider: str | None = None) -> f
             _linear[key] = coeffs
     counts = (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
     if coeffs is None:
-        return _library_price(*_resolve(model, provider), counts)
+        provider_info, model_info = _resolve(model, provider)
+        return _library_price(provider_info, model_info, counts)
     return _apply(coeffs, counts)
