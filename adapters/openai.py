@@ -39,7 +39,7 @@ PROVIDER = "openai"  # genai-prices provider id; other providers are tried for u
 
 
 _get = field
-# The field names of each SDK usage type (pydantic's ``model_fields`` is rebuilt on every access).
+# The field names of each SDK usage type (pydantic's ``model_fields`` is a property costing µs a read).
 _usage_fields: dict[type, Any] = {}
 
 
