@@ -23,7 +23,7 @@ from . import _provider_claims as claims
 from . import _provider_fit as _fit
 from ._provider_estimate import limit, price, reservation, text_tokens
 
-__all__ = ["Plan", "ProviderCall", "begin", "context_now", "limit", "price", "text_tokens"]
+__all__ = ["Plan", "ProviderCall", "begin", "context_now", "field", "limit", "price", "text_tokens"]
 
 _UNSET: Any = object()
 _SENTINELS = frozenset({"NotGiven", "Omit"})  # openai/anthropic ``NOT_GIVEN`` and ``omit``
@@ -38,6 +38,22 @@ def context_now() -> ExecutionContext | None:
     if isinstance(value, PendingContext):  # a middleware's request context, built on first use
         return value.resolve()
     return value
+
+
+# Whether a response or chunk type is a Mapping (raw JSON) or an SDK object, remembered per type:
+# the ABC check costs about a microsecond on an SDK object, and responses are read field by field.
+_mapping_types: dict[type, bool] = {}
+
+
+def field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a mapping, else the attribute of an SDK object; None when absent."""
+    kind = type(obj)
+    mapping = _mapping_types.get(kind)
+    if mapping is None:
+        mapping = isinstance(obj, Mapping)
+        if len(_mapping_types) < 1024:  # a bound, should a program make types on the fly
+            _mapping_types[kind] = mapping
+    return obj.get(name) if mapping else getattr(obj, name, None)
 
 
 Outcome = tuple[TokenUsage | None, str | None, int]  # usage, reported model, generated characters

@@ -21,7 +21,7 @@ does a call that names no model at all (a framework's local fake model).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .. import ExecutionContext, ExecutionHalted, TokenUsage
@@ -37,42 +37,40 @@ UNPRICED = "unpriced"  # the reason of the refusal of a model that cannot be pri
 # A data URL or base64 blob (an image, a file) is not text: counted as this many tokens instead.
 _BLOB_TOKENS = 1000
 
-_BLOB = object()
+_BLOB_CHARS = _BLOB_TOKENS * 4  # a blob counted as characters: exactly _BLOB_TOKENS after the division
 _MIME_KEYS = ("media_type", "mime_type", "mimeType")
+_LEAVES = (bytes, int, float, bool, type(None))  # never hold text
 
 
-def _strings(value: Any, depth: int = 0) -> Iterator[Any]:
-    """The text in a request body (messages, contents); inline files and images as ``_BLOB``."""
+def _chars(value: Any, depth: int = 0) -> int:
+    """The characters of the text in a request body (messages, contents), an inline file or image
+    counting ``_BLOB_CHARS``. A plain recursive sum, not a generator (it runs on every request, over
+    every message); a plain dict is told apart without the slower ``Mapping`` ABC check."""
     if isinstance(value, str):
-        yield _BLOB if value.startswith("data:") and len(value) > 256 else value
-    elif depth > 12:
-        return
-    elif isinstance(value, Mapping):
+        return _BLOB_CHARS if len(value) > 256 and value.startswith("data:") else len(value)
+    if depth > 12 or isinstance(value, _LEAVES):
+        return 0
+    if type(value) is dict or isinstance(value, Mapping):
         if "data" in value and any(key in value for key in _MIME_KEYS):  # base64 image/file source
-            yield _BLOB
-            return
-        for item in value.values():
-            yield from _strings(item, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _strings(item, depth + 1)
-    elif not isinstance(value, (bytes, int, float)) and value is not None:
-        fields = getattr(value, "__dict__", None)  # SDK objects (Gemini Content, pydantic messages)
-        if isinstance(fields, dict):
-            yield from _strings(fields, depth + 1)
+            return _BLOB_CHARS
+        return _sum(value.values(), depth)
+    if isinstance(value, (list, tuple)):
+        return _sum(value, depth)
+    fields = getattr(value, "__dict__", None)  # SDK objects (Gemini Content, pydantic messages)
+    return _chars(fields, depth + 1) if isinstance(fields, dict) else 0
+
+
+def _sum(items: Any, depth: int) -> int:
+    total = 0
+    for item in items:
+        total += _chars(item, depth + 1)
+    return total
 
 
 def text_tokens(*values: Any) -> int:
     """Estimated tokens of the text in ``values``: characters / 4 rounded up, plus a flat
     ``_BLOB_TOKENS`` per inline image or file."""
-    chars = 0
-    blobs = 0
-    for text in _strings(values):
-        if text is _BLOB:
-            blobs += 1
-        else:
-            chars += len(text)
-    return -(-chars // 4) + blobs * _BLOB_TOKENS
+    return -(-_sum(values, 0) // 4)
 
 
 def limit(body: Mapping[str, Any], *names: str) -> int:

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..kernel.pricing import TokenUsage, usage_from_mapping
 from . import _provider_stainless as stainless
-from ._provider_calls import Outcome, Plan, limit, text_tokens
+from ._provider_calls import Outcome, Plan, field, limit, text_tokens
 from ._provider_patch import Instrumentation, Patches
 from ._provider_streams import Meter
 
@@ -38,8 +38,18 @@ __all__ = ["instrument", "instrumented", "uninstrument"]
 PROVIDER = "openai"  # genai-prices provider id; other providers are tried for unknown models
 
 
-def _get(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+_get = field
+# The field names of each SDK usage type (pydantic's ``model_fields`` is a property costing µs a read).
+_usage_fields: dict[type, Any] = {}
+
+
+def _fields(kind: type) -> Any:
+    found = _usage_fields.get(kind)
+    if found is None:
+        found = getattr(kind, "model_fields", None) or {}
+        if len(_usage_fields) < 1024:
+            _usage_fields[kind] = found
+    return found
 
 
 def _model(obj: Any) -> str | None:
@@ -59,7 +69,7 @@ def _usage(obj: Any) -> TokenUsage | None:
         return None
     if isinstance(raw, Mapping):
         return usage_from_mapping(raw)
-    fields = getattr(type(raw), "model_fields", None) or {}
+    fields = _fields(type(raw))
     if "prompt_tokens" in fields:  # chat completions, embeddings, legacy completions
         details = raw.prompt_tokens_details if "prompt_tokens_details" in fields else None
         cached = getattr(details, "cached_tokens", None) if details is not None else None

@@ -58,3 +58,23 @@ def test_wrap_options_reject_bad_types() -> None:
         WrapOptions(model=5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="cost_fn"):
         WrapOptions(cost_fn=1.0)  # type: ignore[arg-type]
+
+
+def test_wrap_options_fast_check_keeps_every_rule() -> None:
+    # The one-test path for the usual options must still normalise and reject what the full checks do.
+    assert WrapOptions(cost_estimate_hint=2).cost_estimate_hint.__class__ is float
+    for bad in (float("nan"), float("inf"), -0.5, True):
+        with pytest.raises((TypeError, ValueError)):
+            WrapOptions(cost_estimate_hint=bad)
+
+    class Name(str):
+        pass
+
+    assert WrapOptions(operation_name=Name("op"), model=Name("m")).operation_name == "op"
+    assert WrapOptions(cost_fn=lambda result: 0.0).cost_fn is not None
+    with pytest.raises(TypeError, match="session_message"):
+        WrapOptions(session_message=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="provider"):
+        WrapOptions(provider=b"openai")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="gen_ai_operation"):
+        WrapOptions(gen_ai_operation=None)  # type: ignore[arg-type]

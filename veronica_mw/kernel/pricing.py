@@ -228,15 +228,14 @@ def price_usage(usage: TokenUsage, model: str, provider: str | None = None) -> f
         # Cache reads and writes are part of the input tokens: priced at their own rate instead.
         fresh = max(0, counts[0] - counts[2] - counts[3])
         return _apply(override, (fresh, counts[1], counts[2], counts[3]))
-    provider_info, model_info = _resolve(model, provider)
     key = (provider, model)
-    if key in _linear:
-        coeffs = _linear[key]
-    else:
-        coeffs = _linear_coefficients(provider_info, model_info)
+    coeffs = _linear.get(key)  # one lookup for a model priced before (every call after the first)
+    if coeffs is None and key not in _linear:
+        coeffs = _linear_coefficients(*_resolve(model, provider))  # LookupError: unknown, nothing kept
         with _cache_lock:
             _linear[key] = coeffs
     counts = (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
     if coeffs is None:
+        provider_info, model_info = _resolve(model, provider)
         return _library_price(provider_info, model_info, counts)
     return _apply(coeffs, counts)
