@@ -60,8 +60,7 @@ def test_wrap_options_reject_bad_types() -> None:
         WrapOptions(cost_fn=1.0)  # type: ignore[arg-type]
 
 
-def test_wrap_options_fast_check_keeps_every_rule() -> None:
-    # The one-test path for the usual options must still normalise and reject what the full checks do.
+def test_wrap_options_normalise_and_reject_every_field() -> None:
     assert WrapOptions(cost_estimate_hint=2).cost_estimate_hint.__class__ is float
     for bad in (float("nan"), float("inf"), -0.5, True):
         with pytest.raises((TypeError, ValueError)):

@@ -108,20 +108,14 @@ class ExecutionGraph:
         node_id = self._next_id = self._next_id + 1
         hint = options.cost_estimate_hint
         rec = (kind, name, parent_id, 0.0, 0, 0, "running", options.model, hint, options, None)
-        capacity = self.capacity
-        if node_id <= capacity:
+        if node_id <= self.capacity:
             self._ids.append(node_id)
             self._steps.append(step)
             self._t0.append(_monotonic())
             self._t1.append(0.0)
             self._recs.append(rec)
-        else:  # the ring is full: every call of a long-lived context takes this branch
-            i = (node_id - 1) % capacity
-            self._ids[i] = node_id
-            self._steps[i] = step
-            self._t0[i] = _monotonic()
-            self._t1[i] = 0.0
-            self._recs[i] = rec
+        else:
+            self._place(node_id, step, _monotonic(), rec)
         self.total_nodes += 1
         if kind == self._last_kind and name == self._last_name:
             self._repeats += 1
@@ -135,7 +129,7 @@ class ExecutionGraph:
         if self._ids[i] == node_id:  # still in the ring
             rec: Any = self._recs[i]  # a record: only the inline path opens and closes by id
             self._recs[i] = (rec[0], rec[1], rec[2], cost, 0, 0, status, rec[7], rec[8], rec[9], None)
-            self._t1[i] = _monotonic()
+            self._t1[i] = time.monotonic()
         agg = self._ok.get(kind) if status == "ok" else None
         if agg is None:
             agg = self._aggregate(kind, status)
