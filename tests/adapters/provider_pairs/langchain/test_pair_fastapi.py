@@ -1,0 +1,91 @@
+"""LangChain's ``ChatOpenAI`` over the instrumented OpenAI SDK, in a LangChain agent inside concurrent
+FastAPI requests under VeronicaASGIMiddleware (real uvicorn): both layers see every model call and
+count it once, so each request gets its 429 at exactly its own ``max_steps``, and the fake provider
+receives exactly the model requests those steps allow (operations == max_steps x requests)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from langchain.agents import create_agent
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
+
+import veronica_mw
+from veronica_mw import ExecutionConfig
+from veronica_mw.web.asgi import VeronicaASGIMiddleware
+
+from ....support.fake_tool_provider import FakeToolProvider
+from ....support.servers import UvicornServer
+
+STEPS = 5  # model, tool, model, tool, model: the 3rd tool run is refused
+REQUESTS = 8
+
+
+def build(url: str, ran: list[str]) -> FastAPI:
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an e-mail."""
+        ran.append(to)
+        return "sent"
+
+    app = FastAPI()
+
+    @app.post("/agent")
+    async def run() -> dict[str, Any]:
+        # The fake provider answers every request that offers tools with a send_email call: a runaway.
+        model = ChatOpenAI(
+            model="gpt-4o-mini", base_url=url + "/v1", api_key=SecretStr("test"), max_retries=0
+        )
+        agent = create_agent(model, tools=[send_email])
+        result = await agent.ainvoke({"messages": [{"role": "user", "content": "mail ops"}]})
+        return {"messages": len(result["messages"])}
+
+    return app
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[str, FakeToolProvider, list[str]]]:
+    ran: list[str] = []
+    assert {"langchain", "openai"} <= set(veronica_mw.instrument())
+    try:
+        with FakeToolProvider("-") as provider:
+            config = ExecutionConfig(max_cost_usd=10.0, max_steps=STEPS, max_retries_total=0)
+            app = VeronicaASGIMiddleware(build(provider.url, ran), config=config)
+            with UvicornServer(app) as server:
+                yield server.url, provider, ran
+    finally:
+        veronica_mw.uninstrument()
+
+
+def test_concurrent_requests_each_stop_at_their_limit(
+    served: tuple[str, FakeToolProvider, list[str]],
+) -> None:
+    url, provider, ran = served
+    responses: list[httpx.Response] = []
+
+    def post() -> None:
+        responses.append(httpx.post(url + "/agent", timeout=120))
+
+    threads = [threading.Thread(target=post) for _ in range(REQUESTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(240)  # hang guard only
+    assert len(responses) == REQUESTS
+    for response in responses:
+        assert response.status_code == 429, response.text
+        assert response.headers["content-type"].startswith("application/problem+json")
+        body = response.json()
+        assert (body["reason"], body["steps_used"]) == ("step_limit", STEPS), body
+    requests = provider.paths.count("/v1/chat/completions")
+    # Counted twice (the LangChain handler and the SDK each opening a step), 5 steps would allow only
+    # 2 or 3 model requests and fewer tool runs per request.
+    assert (requests, len(ran)) == (3 * REQUESTS, 2 * REQUESTS)
+    assert requests + len(ran) == STEPS * REQUESTS
