@@ -1,0 +1,77 @@
+"""AG2 1.x agents with the AG2 middleware, their OpenAI client over the instrumented OpenAI SDK,
+inside concurrent FastAPI requests under VeronicaASGIMiddleware (real uvicorn): both layers see
+every model request and count it once, so each request gets its 429 at exactly its own
+``max_steps`` and the fake provider receives exactly ``max_steps`` x requests requests."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from ag2 import Agent
+from ag2.config import OpenAIConfig
+from fastapi import FastAPI
+
+import veronica_mw
+from veronica_mw import ExecutionConfig
+from veronica_mw.adapters.ag2 import VeronicaMiddleware
+from veronica_mw.web.asgi import VeronicaASGIMiddleware
+
+from ....support.fake_provider import FakeProvider
+from ....support.servers import UvicornServer
+
+STEPS = 3
+REQUESTS = 8
+
+
+def build(url: str) -> FastAPI:
+    config = OpenAIConfig(model="gpt-4o-mini", base_url=url, api_key="test", max_retries=0)
+    agent = Agent("writer", config=config, middleware=[VeronicaMiddleware()])
+    app = FastAPI()
+
+    @app.post("/agent")
+    async def run() -> dict[str, int]:
+        asked = 0
+        for i in range(50):  # a runaway loop: the request's limit stops it
+            await agent.ask(f"question {i}")
+            asked += 1
+        return {"asked": asked}
+
+    return app
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[str, FakeProvider]]:
+    assert "openai" in veronica_mw.instrument("openai")
+    try:
+        with FakeProvider() as provider:
+            config = ExecutionConfig(max_cost_usd=10.0, max_steps=STEPS, max_retries_total=0)
+            app = VeronicaASGIMiddleware(build(provider.openai_url), config=config, instrument=False)
+            with UvicornServer(app) as server:
+                yield server.url, provider
+    finally:
+        veronica_mw.uninstrument()
+
+
+def test_concurrent_requests_each_stop_at_their_limit(served: tuple[str, FakeProvider]) -> None:
+    url, provider = served
+    responses: list[httpx.Response] = []
+
+    def post() -> None:
+        responses.append(httpx.post(url + "/agent", timeout=120))
+
+    threads = [threading.Thread(target=post) for _ in range(REQUESTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(240)  # hang guard only
+    assert len(responses) == REQUESTS
+    for response in responses:
+        assert response.status_code == 429, response.text
+        assert response.headers["content-type"].startswith("application/problem+json")
+        body = response.json()
+        assert (body["reason"], body["steps_used"]) == ("step_limit", STEPS), body
+    # Counted twice (the AG2 middleware's step and the SDK's), 3 steps would allow 1 or 2 each.
+    assert provider.count() == STEPS * REQUESTS
