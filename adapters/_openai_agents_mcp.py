@@ -66,8 +66,9 @@ _lock = threading.Lock()
 
 
 def _mcp_util() -> Any:
+    # adapters/mcp.py imports this module, so it is type-checked in envs without the Agents SDK too.
     try:
-        from agents.mcp.util import MCPUtil
+        from agents.mcp.util import MCPUtil  # type: ignore[import-not-found,unused-ignore]
     except ImportError:  # the SDK without its MCP support: no MCP tools to join
         return None
     return MCPUtil
