@@ -5,10 +5,8 @@ every model request and count it once, so each request gets its 429 at exactly i
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from ag2 import Agent
 from ag2.config import OpenAIConfig
@@ -19,6 +17,7 @@ from veronica_mw import ExecutionConfig
 from veronica_mw.adapters.ag2 import VeronicaMiddleware
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
+from ....support.concurrent_requests import assert_step_limit_refusals, post_all
 from ....support.fake_provider import FakeProvider
 from ....support.servers import UvicornServer
 
@@ -57,21 +56,6 @@ def served() -> Iterator[tuple[str, FakeProvider]]:
 
 def test_concurrent_requests_each_stop_at_their_limit(served: tuple[str, FakeProvider]) -> None:
     url, provider = served
-    responses: list[httpx.Response] = []
-
-    def post() -> None:
-        responses.append(httpx.post(url + "/agent", timeout=120))
-
-    threads = [threading.Thread(target=post) for _ in range(REQUESTS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(240)  # hang guard only
-    assert len(responses) == REQUESTS
-    for response in responses:
-        assert response.status_code == 429, response.text
-        assert response.headers["content-type"].startswith("application/problem+json")
-        body = response.json()
-        assert (body["reason"], body["steps_used"]) == ("step_limit", STEPS), body
+    assert_step_limit_refusals(post_all(url + "/agent", REQUESTS), STEPS)
     # Counted twice (the AG2 middleware's step and the SDK's), 3 steps would allow 1 or 2 each.
     assert provider.count() == STEPS * REQUESTS

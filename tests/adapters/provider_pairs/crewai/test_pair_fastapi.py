@@ -5,10 +5,8 @@ the fake provider receives exactly ``max_steps`` x requests requests."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from crewai import LLM
 from fastapi import FastAPI
@@ -17,6 +15,7 @@ import veronica_mw
 from veronica_mw import ExecutionConfig
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
+from ....support.concurrent_requests import assert_step_limit_refusals, post_all
 from ....support.fake_provider import FakeProvider
 from ....support.servers import UvicornServer
 
@@ -54,21 +53,6 @@ def served() -> Iterator[tuple[str, FakeProvider]]:
 
 def test_concurrent_requests_each_stop_at_their_limit(served: tuple[str, FakeProvider]) -> None:
     url, provider = served
-    responses: list[httpx.Response] = []
-
-    def post() -> None:
-        responses.append(httpx.post(url + "/agent", timeout=120))
-
-    threads = [threading.Thread(target=post) for _ in range(REQUESTS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(240)  # hang guard only
-    assert len(responses) == REQUESTS
-    for response in responses:
-        assert response.status_code == 429, response.text
-        assert response.headers["content-type"].startswith("application/problem+json")
-        body = response.json()
-        assert (body["reason"], body["steps_used"]) == ("step_limit", STEPS), body
+    assert_step_limit_refusals(post_all(url + "/agent", REQUESTS), STEPS)
     # Counted twice (the hooks' step and the SDK's), 3 steps would allow 1 or 2 requests each.
     assert provider.count() == STEPS * REQUESTS

@@ -5,11 +5,9 @@ receives exactly the model requests those steps allow (operations == max_steps x
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from fastapi import FastAPI
 from langchain.agents import create_agent
@@ -21,6 +19,7 @@ import veronica_mw
 from veronica_mw import ExecutionConfig
 from veronica_mw.web.asgi import VeronicaASGIMiddleware
 
+from ....support.concurrent_requests import assert_step_limit_refusals, post_all
 from ....support.fake_tool_provider import FakeToolProvider
 from ....support.servers import UvicornServer
 
@@ -68,22 +67,7 @@ def test_concurrent_requests_each_stop_at_their_limit(
     served: tuple[str, FakeToolProvider, list[str]],
 ) -> None:
     url, provider, ran = served
-    responses: list[httpx.Response] = []
-
-    def post() -> None:
-        responses.append(httpx.post(url + "/agent", timeout=120))
-
-    threads = [threading.Thread(target=post) for _ in range(REQUESTS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(240)  # hang guard only
-    assert len(responses) == REQUESTS
-    for response in responses:
-        assert response.status_code == 429, response.text
-        assert response.headers["content-type"].startswith("application/problem+json")
-        body = response.json()
-        assert (body["reason"], body["steps_used"]) == ("step_limit", STEPS), body
+    assert_step_limit_refusals(post_all(url + "/agent", REQUESTS), STEPS)
     requests = provider.paths.count("/v1/chat/completions")
     # Counted twice (the LangChain handler and the SDK each opening a step), 5 steps would allow only
     # 2 or 3 model requests and fewer tool runs per request.
