@@ -15,13 +15,8 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-import veronica_mw
-from veronica_mw import ExecutionConfig
-from veronica_mw.web.asgi import VeronicaASGIMiddleware
-
-from ....support.concurrent_requests import assert_step_limit_refusals, post_all
+from ....support.concurrent_requests import assert_step_limit_refusals, post_all, tool_loop_server
 from ....support.fake_tool_provider import FakeToolProvider
-from ....support.servers import UvicornServer
 
 STEPS = 5  # model, tool, model, tool, model: the 3rd tool run is refused
 REQUESTS = 8
@@ -51,16 +46,8 @@ def build(url: str, ran: list[str]) -> FastAPI:
 
 @pytest.fixture
 def served() -> Iterator[tuple[str, FakeToolProvider, list[str]]]:
-    ran: list[str] = []
-    assert {"langchain", "openai"} <= set(veronica_mw.instrument())
-    try:
-        with FakeToolProvider("-") as provider:
-            config = ExecutionConfig(max_cost_usd=10.0, max_steps=STEPS, max_retries_total=0)
-            app = VeronicaASGIMiddleware(build(provider.url, ran), config=config)
-            with UvicornServer(app) as server:
-                yield server.url, provider, ran
-    finally:
-        veronica_mw.uninstrument()
+    with tool_loop_server(build, STEPS, {"langchain", "openai"}) as served:
+        yield served
 
 
 def test_concurrent_requests_each_stop_at_their_limit(

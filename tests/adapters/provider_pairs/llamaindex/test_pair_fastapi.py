@@ -14,13 +14,8 @@ from fastapi import FastAPI
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.llms.openai import OpenAI as LlamaOpenAI
 
-import veronica_mw
-from veronica_mw import ExecutionConfig
-from veronica_mw.web.asgi import VeronicaASGIMiddleware
-
-from ....support.concurrent_requests import assert_step_limit_refusals, post_all
+from ....support.concurrent_requests import assert_step_limit_refusals, post_all, tool_loop_server
 from ....support.fake_tool_provider import FakeToolProvider
-from ....support.servers import UvicornServer
 
 # LlamaIndex's workflows read pydantic's deprecated attributes (its own warnings, not ours).
 pytestmark = [
@@ -53,16 +48,8 @@ def build(url: str, ran: list[str]) -> FastAPI:
 
 @pytest.fixture
 def served() -> Iterator[tuple[str, FakeToolProvider, list[str]]]:
-    ran: list[str] = []
-    assert {"llamaindex", "openai"} <= set(veronica_mw.instrument())
-    try:
-        with FakeToolProvider("-") as provider:
-            config = ExecutionConfig(max_cost_usd=10.0, max_steps=STEPS, max_retries_total=0)
-            app = VeronicaASGIMiddleware(build(provider.url, ran), config=config)
-            with UvicornServer(app) as server:
-                yield server.url, provider, ran
-    finally:
-        veronica_mw.uninstrument()
+    with tool_loop_server(build, STEPS, {"llamaindex", "openai"}) as served:
+        yield served
 
 
 def test_concurrent_requests_each_stop_at_their_limit(
